@@ -1,0 +1,42 @@
+package v1alpha1
+
+// FleetNode's Ready condition and its reasons.
+const (
+	// ReadyCondition is True while a hub holds the node's stream and hears its heartbeats.
+	ReadyCondition = "Ready"
+
+	// ReasonConnected: the agent opened a stream to a hub.
+	ReasonConnected = "Connected"
+	// ReasonMovedHub: the agent reconnected to another hub before the offline timeout.
+	ReasonMovedHub = "MovedHub"
+	// ReasonHeartbeatTimeout: no heartbeat within the offline timeout.
+	ReasonHeartbeatTimeout = "HeartbeatTimeout"
+	// ReasonHubLost: the node's hub stopped renewing its Lease and no other hub took the node over in time.
+	ReasonHubLost = "HubLost"
+	// ReasonRevoked: the node's identity was revoked.
+	ReasonRevoked = "Revoked"
+)
+
+// FleetNode's Approved condition and its reasons.
+const (
+	// ApprovedCondition is True once the node may have a certificate and work.
+	ApprovedCondition = "Approved"
+
+	// ReasonAwaitingApproval: registered; waiting for `drover approve` or an auto-approve token.
+	ReasonAwaitingApproval = "AwaitingApproval"
+	// ReasonAutoApproved: approved by the bootstrap token's auto-approve policy.
+	ReasonAutoApproved = "AutoApproved"
+	// ReasonApproved: approved by an operator.
+	ReasonApproved = "ApprovedByOperator"
+)
+
+// Labels and annotations Drover sets.
+const (
+	// LabelHostname mirrors the reported hostname.
+	LabelHostname = "fleet.drover.io/hostname"
+	// LabelOS and LabelArch mirror GOOS and GOARCH.
+	LabelOS   = "fleet.drover.io/os"
+	LabelArch = "fleet.drover.io/arch"
+	// AnnotationBootstrapToken records the id of the token a node registered with.
+	AnnotationBootstrapToken = "fleet.drover.io/bootstrap-token-id"
+)

@@ -1,0 +1,146 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FleetNodePhase is where a machine is in its life with Drover.
+//
+//	(register) ──► Pending ──approve──► Online ◄──► Offline
+//	                  │                    │
+//	                  └──────revoke────────┴──► Revoked
+type FleetNodePhase string
+
+const (
+	// FleetNodePending: registered with a bootstrap token, not approved yet.
+	FleetNodePending FleetNodePhase = "Pending"
+	// FleetNodeOnline: approved and connected to a hub that hears its heartbeats.
+	FleetNodeOnline FleetNodePhase = "Online"
+	// FleetNodeOffline: approved, but no hub heard from it within the offline timeout.
+	FleetNodeOffline FleetNodePhase = "Offline"
+	// FleetNodeRevoked: its identity was revoked; hubs refuse it.
+	FleetNodeRevoked FleetNodePhase = "Revoked"
+)
+
+// FleetNodeSpec is what operators decide about a machine.
+type FleetNodeSpec struct {
+	// approved lets the node obtain a client certificate and receive work.
+	// Set by `drover approve NODE` or by an auto-approve bootstrap token.
+	// +optional
+	Approved bool `json:"approved,omitempty"`
+
+	// revoked refuses the node's connections and work, whatever its certificate.
+	// +optional
+	Revoked bool `json:"revoked,omitempty"`
+
+	// unschedulable keeps new work off the node.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+}
+
+// FleetNodeStatus is what the node and its hub report.
+type FleetNodeStatus struct {
+	// phase is Pending, Online, Offline or Revoked.
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;Online;Offline;Revoked
+	Phase FleetNodePhase `json:"phase,omitempty"`
+
+	// conditions: Ready (connected and heartbeating) and Approved.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// hub is the name of the hub that holds the node's stream.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Hub string `json:"hub,omitempty"`
+
+	// lastHeartbeatTime is coarse: hubs keep heartbeats in memory and refresh
+	// this only every few minutes and on transitions.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+
+	// connectedTime is when the current hub connection was opened.
+	// +optional
+	ConnectedTime *metav1.Time `json:"connectedTime,omitempty"`
+
+	// agentVersion is the version the agent reports.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	AgentVersion string `json:"agentVersion,omitempty"`
+
+	// os and arch as the agent reports them (GOOS, GOARCH).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	OS string `json:"os,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Arch string `json:"arch,omitempty"`
+
+	// hostname as the agent reports it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Hostname string `json:"hostname,omitempty"`
+
+	// capacity the agent reports (cpu, memory, ...).
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// reportedLabels are the labels the agent reported at registration; they
+	// are also copied to metadata.labels (operators' own labels win).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	ReportedLabels map[string]string `json:"reportedLabels,omitempty"`
+
+	// certificateExpiry is when the node's client certificate expires.
+	// +optional
+	CertificateExpiry *metav1.Time `json:"certificateExpiry,omitempty"`
+
+	// agentRevision is the last agent state revision the hub accepted.
+	// +optional
+	AgentRevision int64 `json:"agentRevision,omitempty"`
+
+	// observedGeneration is the spec generation the hub last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// FleetNode is one machine registered with Drover: an edge node, robot,
+// bare-metal host or serverless worker running drover-agent.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=fn,categories=drover
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Approved",type=boolean,JSONPath=`.spec.approved`
+// +kubebuilder:printcolumn:name="Hub",type=string,JSONPath=`.status.hub`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`
+// +kubebuilder:printcolumn:name="OS",type=string,JSONPath=`.status.os`,priority=1
+// +kubebuilder:printcolumn:name="Arch",type=string,JSONPath=`.status.arch`
+// +kubebuilder:printcolumn:name="Last-Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FleetNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec FleetNodeSpec `json:"spec,omitempty"`
+	// +optional
+	Status FleetNodeStatus `json:"status,omitempty"`
+}
+
+// FleetNodeList is a list of FleetNodes.
+//
+// +kubebuilder:object:root=true
+type FleetNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FleetNode `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&FleetNode{}, &FleetNodeList{})
+}

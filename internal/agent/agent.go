@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/store"
+)
+
+// Options configure an agent. Zero values take the documented defaults.
+type Options struct {
+	// Node is this machine's name in the fleet (a DNS-1123 subdomain). Required.
+	Node string
+	// Hubs are host:port addresses; the agent tries them in turn. Required.
+	Hubs []string
+	// BootstrapToken ("id.secret") is needed only until the node has its certificate.
+	BootstrapToken string
+	// CAFile holds Drover's CA (PEM), to trust hubs before the node has
+	// registered. After registration the CA saved in the DB is used.
+	CAFile string
+	// StateDir holds agent.db. Required.
+	StateDir string
+	// Labels are reported at registration and on connect.
+	Labels map[string]string
+	// Capacity is reported to the hub; default: detected cpu and memory.
+	Capacity map[string]string
+	// Version is the agent version reported to the hub.
+	Version string
+	// HeartbeatInterval overrides the interval the hub asks for (tests, benchmarks).
+	HeartbeatInterval time.Duration
+	// Runners run work items by type. "noop" is always available.
+	Runners map[string]Runner
+	// Logger for operators. Default: discard.
+	Logger *slog.Logger
+}
+
+// Runner runs one work item to an end. It must be idempotent: an agent that
+// crashes mid-run may call it again for the same uid.
+type Runner interface {
+	Run(ctx context.Context, w store.Work) (phase, reason string)
+}
+
+// RunnerFunc adapts a function to Runner.
+type RunnerFunc func(ctx context.Context, w store.Work) (phase, reason string)
+
+// Run implements Runner.
+func (f RunnerFunc) Run(ctx context.Context, w store.Work) (string, string) { return f(ctx, w) }
+
+var _ Runner = RunnerFunc(nil)
+
+// Work phases the agent reports.
+const (
+	PhasePending   = "Pending"
+	PhaseRunning   = "Running"
+	PhaseSucceeded = "Succeeded"
+	PhaseFailed    = "Failed"
+	PhaseCancelled = "Cancelled"
+)
+
+func (o *Options) defaults() error {
+	if err := protocol.ValidNodeName(o.Node); err != nil {
+		return fmt.Errorf("agent options: node %q: %w", o.Node, err)
+	}
+	if len(o.Hubs) == 0 {
+		return errors.New("agent options: at least one hub address is required (--hub host:port)")
+	}
+	if o.StateDir == "" {
+		return errors.New("agent options: a state directory is required (--state-dir)")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Capacity == nil {
+		o.Capacity = detectCapacity()
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	runners := map[string]Runner{"noop": RunnerFunc(func(context.Context, store.Work) (string, string) {
+		return PhaseSucceeded, ""
+	})}
+	maps.Copy(runners, o.Runners)
+	o.Runners = runners
+	return nil
+}
+
+// FatalError is an error retrying cannot fix (bad token, revoked node): the
+// agent stops and says why.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+// Agent is a running drover-agent.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+	db   *store.Store
+
+	// mu guards heartbeat and hub.
+	mu        sync.Mutex
+	heartbeat time.Duration
+	hub       string
+
+	kick chan struct{} // wakes the outbox flusher
+	work chan string   // uids to run
+}
+
+// Run runs the agent until ctx ends or a FatalError.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.defaults(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir %s: %w", opts.StateDir, err)
+	}
+	db, err := store.Open(ctx, filepath.Join(opts.StateDir, "agent.db"), store.Options{Logger: opts.Logger})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	a := &Agent{
+		opts:      opts,
+		log:       opts.Logger.With("node", opts.Node),
+		db:        db,
+		heartbeat: 30 * time.Second,
+		kick:      make(chan struct{}, 1),
+		work:      make(chan string, 1024),
+	}
+	if opts.HeartbeatInterval > 0 {
+		a.heartbeat = opts.HeartbeatInterval
+	}
+	id, err := a.ensureIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.recoverWork(ctx); err != nil {
+		return err
+	}
+	return a.connectLoop(ctx, id)
+}
+
+// connectLoop keeps one stream open, moving to the next hub on failure with
+// a capped, jittered backoff that resets after a stream that lasted.
+func (a *Agent) connectLoop(ctx context.Context, id store.Identity) error {
+	hubs := a.opts.Hubs
+	start := 0
+	for i, h := range hubs {
+		if h == id.Hub {
+			start = i // resume with the hub that worked last
+		}
+	}
+	backoff := 500 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		hub := hubs[(start+attempt)%len(hubs)]
+		began := time.Now()
+		err := a.session(ctx, id, hub)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var fatal *FatalError
+		if errors.As(err, &fatal) {
+			a.log.Error("agent stopped", "hub", hub, "err", err)
+			return err
+		}
+		if time.Since(began) > 30*time.Second {
+			backoff = 500 * time.Millisecond
+		}
+		a.log.Warn("hub connection lost; reconnecting", "hub", hub, "err", err, "retryIn", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff + rand.N(backoff/2+1)):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (a *Agent) info() *agentv1.NodeInfo {
+	host, _ := os.Hostname()
+	return &agentv1.NodeInfo{
+		Labels:       a.opts.Labels,
+		Capacity:     a.opts.Capacity,
+		AgentVersion: a.opts.Version,
+		Os:           runtime.GOOS,
+		Arch:         runtime.GOARCH,
+		Hostname:     strings.ToLower(host),
+	}
+}
+
+// detectCapacity reports cpu and (on Linux) memory as resource quantities.
+func detectCapacity() map[string]string {
+	c := map[string]string{"cpu": fmt.Sprint(runtime.NumCPU())}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			var kb uint64
+			if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+				c["memory"] = fmt.Sprintf("%dKi", kb)
+				break
+			}
+		}
+	}
+	return c
+}

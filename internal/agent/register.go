@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/drover-fleet/drover/internal/pki"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/store"
+)
+
+// registerTimeout bounds one Register call; approval itself may take longer
+// (the agent asks again) but a single call must not hang.
+const registerTimeout = 20 * time.Second
+
+// ensureIdentity returns the node's saved identity, registering first if it has none.
+func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
+	id, ok, err := a.db.Identity(ctx)
+	if err != nil {
+		return id, err
+	}
+	if ok {
+		if id.Node != a.opts.Node {
+			return id, &FatalError{fmt.Errorf("state dir %s belongs to node %q, not %q: use another --state-dir", a.opts.StateDir, id.Node, a.opts.Node)}
+		}
+		a.log.Info("resuming with saved identity", "hub", id.Hub)
+		return id, nil
+	}
+	if a.opts.BootstrapToken == "" {
+		return id, &FatalError{errors.New("this node has no identity yet: pass a bootstrap token (--token) to register; create one with `drover token create`")}
+	}
+	if a.opts.CAFile == "" {
+		return id, &FatalError{errors.New("this node has no identity yet: pass Drover's CA certificate (--ca-file) so the agent can trust the hub")}
+	}
+	caPEM, err := os.ReadFile(a.opts.CAFile)
+	if err != nil {
+		return id, &FatalError{fmt.Errorf("read CA file: %w", err)}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return id, &FatalError{fmt.Errorf("CA file %s holds no PEM certificate", a.opts.CAFile)}
+	}
+	keyPEM, csr, err := pki.NewKeyAndCSR(a.opts.Node)
+	if err != nil {
+		return id, err
+	}
+	req := &agentv1.RegisterRequest{Node: a.opts.Node, BootstrapToken: a.opts.BootstrapToken, Csr: csr, Info: a.info()}
+	if err := protocol.CheckNodeInfo(req.Info); err != nil {
+		return id, &FatalError{fmt.Errorf("node info: %w", err)}
+	}
+	waiting := false
+	backoff := time.Second
+	for attempt := 0; ; attempt++ {
+		hub := a.opts.Hubs[attempt%len(a.opts.Hubs)]
+		resp, err := a.registerOnce(ctx, hub, pool, req)
+		switch {
+		case err == nil && resp.GetResult() == agentv1.RegisterResponse_RESULT_APPROVED:
+			id = store.Identity{
+				Node:    a.opts.Node,
+				KeyPEM:  keyPEM,
+				CertPEM: pki.EncodeCert(resp.GetCertificate()),
+				CAPEM:   pki.EncodeCert(resp.GetCa()),
+				Hub:     hub,
+			}
+			if err := a.db.SaveIdentity(ctx, id); err != nil {
+				return id, err
+			}
+			a.log.Info("registered; certificate saved", "hub", hub)
+			return id, nil
+		case err == nil:
+			if !waiting {
+				a.log.Warn("waiting for approval", "hub", hub, "message", resp.GetMessage())
+				waiting = true
+			}
+			wait := time.Duration(max(resp.GetRetryAfterSeconds(), 1)) * time.Second
+			if err := sleep(ctx, wait); err != nil {
+				return id, err
+			}
+			continue
+		}
+		switch status.Code(err) {
+		case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument:
+			return id, &FatalError{fmt.Errorf("register with hub %s: %s", hub, status.Convert(err).Message())}
+		}
+		a.log.Warn("register failed; retrying", "hub", hub, "err", err, "retryIn", backoff)
+		if err := sleep(ctx, backoff); err != nil {
+			return id, err
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (a *Agent) registerOnce(ctx context.Context, hub string, roots *x509.CertPool, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
+	conn, err := dial(hub, &tls.Config{RootCAs: roots, ServerName: hostOf(hub), MinVersion: tls.VersionTLS13})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	defer cancel()
+	return agentv1.NewAgentHubClient(conn).Register(ctx, req)
+}
+
+// dial opens a gRPC client connection with the agent's keepalive settings.
+func dial(hub string, cfg *tls.Config) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(hub,
+		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(protocol.MaxEnvelopeBytes), grpc.MaxCallSendMsgSize(protocol.MaxEnvelopeBytes)),
+		// Find a dead hub within ~80s even if no heartbeat is due; the hub permits pings every 30s.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 60 * time.Second, Timeout: 20 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial hub %s: %w", hub, err)
+	}
+	return conn, nil
+}
+
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/store"
+)
+
+// callTimeout bounds one SendMessage call.
+const callTimeout = 15 * time.Second
+
+// session runs one stream to hub until it fails or ctx ends.
+func (a *Agent) session(ctx context.Context, id store.Identity, hub string) error {
+	cert, err := tls.X509KeyPair(id.CertPEM, id.KeyPEM)
+	if err != nil {
+		return &FatalError{fmt.Errorf("saved identity is unusable (%v): delete %s to register again", err, a.db.Path())}
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(id.CAPEM)
+	conn, err := dial(hub, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: hostOf(hub), MinVersion: tls.VersionTLS13})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := agentv1.NewAgentHubClient(conn)
+
+	hubRev, err := a.db.HubRevision(ctx)
+	if err != nil {
+		return err
+	}
+	acked, err := a.ackedRevision(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info()})
+	if err != nil {
+		return classify(hub, err)
+	}
+	// The first message proves the hub accepted us; only then is this hub "ours".
+	first, err := stream.Recv()
+	if err != nil {
+		return classify(hub, err)
+	}
+	a.mu.Lock()
+	a.hub = hub
+	a.mu.Unlock()
+	if id.Hub != hub {
+		id.Hub = hub
+		if err := a.db.SaveIdentity(ctx, id); err != nil {
+			return err
+		}
+	}
+	a.log.Info("connected", "hub", hub, "hubRevision", hubRev, "agentRevision", acked)
+	if err := a.reportNodeState(ctx); err != nil {
+		return err
+	}
+
+	tracker := protocol.NewTracker(hubRev)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		env := first
+		for {
+			if err := a.handle(ctx, client, tracker, env); err != nil {
+				return err
+			}
+			env, err = stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					return fmt.Errorf("hub %s closed the stream", hub)
+				}
+				return classify(hub, err)
+			}
+		}
+	})
+	g.Go(func() error { return a.heartbeats(ctx, client) })
+	g.Go(func() error { return a.flushOutbox(ctx, client) })
+	g.Go(func() error { return a.runWork(ctx) })
+	return g.Wait()
+}
+
+// classify turns refusals that retrying cannot fix into FatalErrors.
+func classify(hub string, err error) error {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return &FatalError{fmt.Errorf("hub %s refused this node: %s", hub, status.Convert(err).Message())}
+	}
+	return fmt.Errorf("hub %s: %w", hub, err)
+}
+
+// ackedRevision is the highest agent report revision the hub has acknowledged:
+// everything after it is still in the outbox and will be re-sent.
+func (a *Agent) ackedRevision(ctx context.Context) (uint64, error) {
+	rev, err := a.db.AgentRevision(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pending, err := a.db.Pending(ctx, math.MaxInt32)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range pending {
+		env, err := protocol.Decode(m.Data)
+		if err != nil || env.GetRevision() == 0 {
+			continue
+		}
+		return min(rev, env.GetRevision()-1), nil
+	}
+	return rev, nil
+}
+
+func (a *Agent) heartbeats(ctx context.Context, client agentv1.AgentHubClient) error {
+	for {
+		a.mu.Lock()
+		every := a.heartbeat
+		a.mu.Unlock()
+		if err := sleep(ctx, every); err != nil {
+			return nil
+		}
+		if _, err := a.call(ctx, client, protocol.NewHeartbeat(a.opts.Node)); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+}
+
+func (a *Agent) call(ctx context.Context, client agentv1.AgentHubClient, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return client.SendMessage(ctx, env)
+}
+
+// enqueue stores an agent->hub report durably, then wakes the flusher.
+func (a *Agent) enqueue(ctx context.Context, env *agentv1.Envelope) error {
+	b, err := protocol.Encode(env)
+	if err != nil {
+		return err
+	}
+	if err := a.db.Enqueue(ctx, env.GetId(), b); err != nil {
+		return err
+	}
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// flushOutbox sends queued reports in order until each is accepted.
+func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) error {
+	for {
+		msgs, err := a.db.Pending(ctx, 64)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			env, err := protocol.Decode(m.Data)
+			if err != nil {
+				a.log.Error("dropping undecodable outbox message", "id", m.ID, "err", err)
+				if err := a.db.Ack(ctx, m.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			_ = a.db.MarkAttempt(ctx, m.ID)
+			resp, err := a.call(ctx, client, env)
+			if status.Code(err) == codes.InvalidArgument {
+				// The hub will never accept it; keeping it would block every later report.
+				a.log.Error("hub rejected report; dropping it", "id", m.ID, "err", err)
+			} else if err != nil {
+				return fmt.Errorf("send report %s: %w", m.ID, err)
+			}
+			if err := a.db.Ack(ctx, m.ID); err != nil {
+				return err
+			}
+			if resp.GetFullSyncRequired() {
+				if err := a.reportNodeState(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		if len(msgs) == 64 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.kick:
+		}
+	}
+}
+
+// reportNodeState queues the agent's whole state at a new revision.
+func (a *Agent) reportNodeState(ctx context.Context) error {
+	ws, err := a.db.ListWork(ctx)
+	if err != nil {
+		return err
+	}
+	statuses := make([]*agentv1.WorkStatus, 0, len(ws))
+	for _, w := range ws {
+		statuses = append(statuses, &agentv1.WorkStatus{Uid: w.UID, Phase: w.Phase, Reason: w.Reason})
+	}
+	rev, err := a.db.NextAgentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	return a.enqueue(ctx, protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses))
+}
+
+// handle applies one hub->agent envelope.
+func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *protocol.Tracker, env *agentv1.Envelope) error {
+	if err := protocol.Validate(env); err != nil {
+		a.log.Error("ignoring malformed message from hub", "err", err)
+		return nil
+	}
+	if env.GetNode() != a.opts.Node {
+		a.log.Error("ignoring message for another node", "for", env.GetNode())
+		return nil
+	}
+	switch p := env.GetPayload().(type) {
+	case *agentv1.Envelope_NodeConfiguration:
+		if a.opts.HeartbeatInterval == 0 && p.NodeConfiguration.GetHeartbeatSeconds() > 0 {
+			a.mu.Lock()
+			a.heartbeat = secs(p.NodeConfiguration.GetHeartbeatSeconds())
+			a.mu.Unlock()
+		}
+		return nil
+	case *agentv1.Envelope_Snapshot:
+		v := tr.Reset(env.GetRevision())
+		if v == protocol.Apply {
+			items := make([]store.Work, 0, len(p.Snapshot.GetItems()))
+			for _, it := range p.Snapshot.GetItems() {
+				items = append(items, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
+			}
+			removed, err := a.db.ApplySnapshot(ctx, env.GetRevision(), items)
+			if err != nil {
+				return err
+			}
+			for _, uid := range removed {
+				if err := a.cancel(ctx, uid, "no longer in the hub's snapshot"); err != nil {
+					return err
+				}
+			}
+			for _, it := range items {
+				a.schedule(it.UID)
+			}
+		}
+		a.log.Debug("snapshot", "revision", env.GetRevision(), "verdict", v.String(), "items", len(p.Snapshot.GetItems()))
+	case *agentv1.Envelope_Dispatch:
+		switch v := tr.Step(env.GetRevision()); v {
+		case protocol.Gap:
+			a.log.Info("revision gap; asking for a full sync", "have", tr.Last(), "got", env.GetRevision())
+			_, err := a.call(ctx, client, protocol.NewFullSyncRequest(a.opts.Node, tr.Last()))
+			return err
+		case protocol.Apply:
+			it := p.Dispatch.GetItem()
+			created, err := a.db.ApplyDispatch(ctx, env.GetRevision(), store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
+			if err != nil {
+				return err
+			}
+			if created {
+				a.schedule(it.GetUid())
+			}
+		}
+	case *agentv1.Envelope_Cancel:
+		switch v := tr.Step(env.GetRevision()); v {
+		case protocol.Gap:
+			_, err := a.call(ctx, client, protocol.NewFullSyncRequest(a.opts.Node, tr.Last()))
+			return err
+		case protocol.Apply:
+			if err := a.db.SetHubRevision(ctx, env.GetRevision()); err != nil {
+				return err
+			}
+			if err := a.cancel(ctx, p.Cancel.GetUid(), "cancelled by the hub"); err != nil {
+				return err
+			}
+		}
+	default:
+		a.log.Error("ignoring message kind the hub should not send", "kind", env.GetKind().String())
+		return nil
+	}
+	// Stale and duplicate messages are acked too, so the hub stops re-sending them.
+	_, err := a.call(ctx, client, protocol.NewAck(a.opts.Node, env.GetId()))
+	return err
+}
+

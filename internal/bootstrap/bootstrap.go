@@ -1,0 +1,139 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SecretType marks Drover bootstrap token Secrets.
+const SecretType corev1.SecretType = "drover.io/bootstrap-token"
+
+// Keys of a token Secret's data.
+const (
+	KeyID          = "token-id"
+	KeySecret      = "token-secret"
+	KeyExpiration  = "expiration" // RFC 3339; absent = never
+	KeyAutoApprove = "auto-approve"
+	KeyDescription = "description"
+)
+
+var tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+
+// Errors a registration can fail with. They are safe to show to the agent.
+var (
+	ErrMalformed = errors.New("bootstrap token is malformed: want <6 chars>.<16 chars> of [a-z0-9]")
+	ErrUnknown   = errors.New("bootstrap token is unknown")
+	ErrInvalid   = errors.New("bootstrap token secret does not match")
+	ErrExpired   = errors.New("bootstrap token has expired")
+)
+
+// Token is a parsed bootstrap token.
+type Token struct {
+	ID          string
+	Secret      string
+	Expires     *time.Time
+	AutoApprove bool
+	Description string
+}
+
+// String is the token as an agent is given it.
+func (t Token) String() string { return t.ID + "." + t.Secret }
+
+// SecretName is the name of the Secret holding a token id.
+func SecretName(id string) string { return "bootstrap-token-" + id }
+
+// Generate makes a new random token.
+func Generate() (Token, error) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 22)
+	if _, err := rand.Read(b); err != nil {
+		return Token{}, fmt.Errorf("generate bootstrap token: %w", err)
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return Token{ID: string(b[:6]), Secret: string(b[6:])}, nil
+}
+
+// Parse splits "id.secret".
+func Parse(s string) (id, secret string, err error) {
+	m := tokenRE.FindStringSubmatch(s)
+	if m == nil {
+		return "", "", ErrMalformed
+	}
+	return m[1], m[2], nil
+}
+
+// Create stores tok as a Secret in namespace ns. A zero ttl means it never expires.
+func Create(ctx context.Context, c client.Client, ns string, tok Token) error {
+	data := map[string][]byte{
+		KeyID:     []byte(tok.ID),
+		KeySecret: []byte(tok.Secret),
+	}
+	if tok.Expires != nil {
+		data[KeyExpiration] = []byte(tok.Expires.UTC().Format(time.RFC3339))
+	}
+	if tok.AutoApprove {
+		data[KeyAutoApprove] = []byte("true")
+	}
+	if tok.Description != "" {
+		data[KeyDescription] = []byte(tok.Description)
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName(tok.ID), Namespace: ns},
+		Type:       SecretType,
+		Data:       data,
+	}
+	if err := c.Create(ctx, s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create bootstrap token %s: a token with that id exists", tok.ID)
+		}
+		return fmt.Errorf("create bootstrap token %s in namespace %s: %w", tok.ID, ns, err)
+	}
+	return nil
+}
+
+// Verify looks token up in namespace ns and checks its secret and expiry at
+// now. Errors wrap ErrMalformed, ErrUnknown, ErrInvalid or ErrExpired; any
+// other error is the API's.
+func Verify(ctx context.Context, r client.Reader, ns, token string, now time.Time) (Token, error) {
+	id, secret, err := Parse(token)
+	if err != nil {
+		return Token{}, err
+	}
+	var s corev1.Secret
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretName(id)}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Token{}, fmt.Errorf("token %s: %w", id, ErrUnknown)
+		}
+		return Token{}, fmt.Errorf("look up bootstrap token %s: %w", id, err)
+	}
+	if s.Type != SecretType || string(s.Data[KeyID]) != id {
+		return Token{}, fmt.Errorf("token %s: %w", id, ErrUnknown)
+	}
+	if subtle.ConstantTimeCompare(s.Data[KeySecret], []byte(secret)) != 1 {
+		return Token{}, fmt.Errorf("token %s: %w", id, ErrInvalid)
+	}
+	tok := Token{ID: id, Secret: secret, AutoApprove: string(s.Data[KeyAutoApprove]) == "true", Description: string(s.Data[KeyDescription])}
+	if exp, ok := s.Data[KeyExpiration]; ok {
+		t, err := time.Parse(time.RFC3339, string(exp))
+		if err != nil {
+			return Token{}, fmt.Errorf("token %s: expiration %q is not RFC 3339: %w", id, exp, ErrInvalid)
+		}
+		tok.Expires = &t
+		if !now.Before(t) {
+			return Token{}, fmt.Errorf("token %s expired at %s: %w", id, t.UTC().Format(time.RFC3339), ErrExpired)
+		}
+	}
+	return tok, nil
+}

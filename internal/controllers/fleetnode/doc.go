@@ -1,0 +1,6 @@
+// Package fleetnode reconciles FleetNodes on the manager side. Hubs report
+// what they see (Online, Offline after silence); this controller records the
+// decisions around that: the Approved condition, the Revoked phase, and
+// Offline for nodes whose hub died without another hub taking them over
+// (the hub's Lease lapsed for longer than the offline timeout).
+package fleetnode

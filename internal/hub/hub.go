@@ -1,0 +1,254 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/drover-fleet/drover/internal/hub/liveness"
+	"github.com/drover-fleet/drover/internal/pki"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// Options configure a Hub. Zero values are replaced by the documented defaults.
+type Options struct {
+	// Name identifies the hub in FleetNode status and its Lease. Default: the host name.
+	Name string
+	// Client reads and writes the API. Reads may be cached (a manager's client).
+	Client client.Client
+	// APIReader reads uncached, for writes that must see the latest object. Default: Client.
+	APIReader client.Reader
+	// Namespace holds the CA Secret, bootstrap tokens and hub Leases. Default: drover-system.
+	Namespace string
+	// ListenAddress is where agents connect. Default: 127.0.0.1:7443. Port 0 picks a free one.
+	ListenAddress string
+	// ServingHosts are the names and IPs in the hub's serving certificate.
+	// Default: 127.0.0.1, localhost and the host name.
+	ServingHosts []string
+	// HeartbeatInterval is what agents are told to use. Default: 30s.
+	HeartbeatInterval time.Duration
+	// OfflineTimeout is how long a silent node stays Online. Default: 5m.
+	OfflineTimeout time.Duration
+	// HeartbeatRefresh is how often a live node's coarse lastHeartbeatTime is
+	// written. Default: 10m (0.1 writes per idle node per minute).
+	HeartbeatRefresh time.Duration
+	// LeaseDuration of the hub's Lease. Default: 40s, renewed every third of it.
+	LeaseDuration time.Duration
+	// CertificateValidity of the client certificates the hub signs. Default: 1 year.
+	CertificateValidity time.Duration
+	// Work supplies the items a node should hold, for full-sync snapshots. Default: none.
+	Work WorkSource
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+	// Logger for operators; nothing is logged per heartbeat at info. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the hub's metrics. Default: none.
+	Registerer prometheus.Registerer
+}
+
+// WorkSource lists the work items a node should hold. Components that
+// dispatch work (node jobs, tasks) implement it.
+type WorkSource interface {
+	WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error)
+}
+
+func (o *Options) defaults() error {
+	if o.Client == nil {
+		return errors.New("hub options: Client is required")
+	}
+	if o.APIReader == nil {
+		o.APIReader = o.Client
+	}
+	if o.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("hub options: no Name and no host name: %w", err)
+		}
+		o.Name = h
+	}
+	if err := protocol.ValidNodeName(o.Name); err != nil {
+		return fmt.Errorf("hub options: Name %q: %w", o.Name, err)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "drover-system"
+	}
+	if o.ListenAddress == "" {
+		o.ListenAddress = "127.0.0.1:7443"
+	}
+	if len(o.ServingHosts) == 0 {
+		o.ServingHosts = []string{"127.0.0.1", "localhost"}
+		if h, err := os.Hostname(); err == nil {
+			o.ServingHosts = append(o.ServingHosts, h)
+		}
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = 30 * time.Second
+	}
+	if o.OfflineTimeout <= 0 {
+		o.OfflineTimeout = 5 * time.Minute
+	}
+	if o.OfflineTimeout <= o.HeartbeatInterval {
+		return fmt.Errorf("hub options: OfflineTimeout %v must be longer than HeartbeatInterval %v", o.OfflineTimeout, o.HeartbeatInterval)
+	}
+	if o.HeartbeatRefresh <= 0 {
+		o.HeartbeatRefresh = 10 * time.Minute
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = 40 * time.Second
+	}
+	if o.CertificateValidity <= 0 {
+		o.CertificateValidity = 365 * 24 * time.Hour
+	}
+	if o.Work == nil {
+		o.Work = noWork{}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+type noWork struct{}
+
+func (noWork) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
+
+// Hub serves agents. Create it with New and run it with Start.
+type Hub struct {
+	agentv1.UnimplementedAgentHubServer
+
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+
+	// mu guards live and sessions.
+	mu       sync.Mutex
+	live     *liveness.Tracker
+	sessions map[string]*session
+
+	ready    chan struct{} // closed once listening
+	addr     net.Addr
+	ca       *pki.CA
+	caLoaded sync.Once
+}
+
+// New validates opts and returns a Hub that is not running yet.
+func New(opts Options) (*Hub, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	return &Hub{
+		opts:     opts,
+		log:      opts.Logger.With("hub", opts.Name),
+		metrics:  newMetrics(opts.Registerer),
+		live:     liveness.New(liveness.Options{OfflineTimeout: opts.OfflineTimeout, RefreshInterval: opts.HeartbeatRefresh}),
+		sessions: map[string]*session{},
+		ready:    make(chan struct{}),
+	}, nil
+}
+
+// Name is the hub's name.
+func (h *Hub) Name() string { return h.opts.Name }
+
+// Addr waits until the hub listens and returns its address.
+func (h *Hub) Addr(ctx context.Context) (net.Addr, error) {
+	select {
+	case <-h.ready:
+		return h.addr, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// NeedLeaderElection is false: every hub serves, none leads.
+func (h *Hub) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx ends. It is a controller-runtime Runnable.
+func (h *Hub) Start(ctx context.Context) error {
+	if err := EnsureNamespace(ctx, h.opts.Client, h.opts.Namespace); err != nil {
+		return err
+	}
+	ca, err := EnsureCA(ctx, h.opts.Client, h.opts.Namespace, h.opts.Now())
+	if err != nil {
+		return err
+	}
+	h.ca = ca
+	certPEM, keyPEM, err := ca.IssueServing("drover-hub-"+h.opts.Name, h.opts.ServingHosts, h.opts.Now(), 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("load hub serving certificate: %w", err)
+	}
+	lis, err := net.Listen("tcp", h.opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("hub listen on %s: %w", h.opts.ListenAddress, err)
+	}
+	h.addr = lis.Addr()
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(&tls.Config{
+			Certificates: []tls.Certificate{cert},
+			// Register comes without a client certificate; every other call checks one.
+			ClientAuth: tls.VerifyClientCertIfGiven,
+			ClientCAs:  ca.Pool(),
+			MinVersion: tls.VersionTLS13,
+		})),
+		grpc.MaxRecvMsgSize(protocol.MaxEnvelopeBytes),
+		grpc.MaxSendMsgSize(protocol.MaxEnvelopeBytes),
+		// Streams are long-lived and mostly idle: ping rarely so 100k of them
+		// cost little, but often enough to find dead peers behind NAT.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		// Agents ping every 60s at most; allow it even without active RPCs.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 30 * time.Second, PermitWithoutStream: true}),
+		// Small per-stream windows: 100k idle streams must not reserve 64 KiB each.
+		grpc.InitialWindowSize(32<<10),
+		grpc.InitialConnWindowSize(64<<10),
+		grpc.ReadBufferSize(8<<10),
+		grpc.WriteBufferSize(8<<10),
+	)
+	agentv1.RegisterAgentHubServer(srv, h)
+	close(h.ready)
+	h.log.Info("hub serving agents", "address", h.addr.String())
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("hub serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return h.runLease(ctx) })
+	g.Go(func() error { return h.runLiveness(ctx) })
+	g.Go(func() error { return h.watchNodes(ctx) })
+	g.Go(func() error {
+		<-ctx.Done()
+		h.closeAllSessions()
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			srv.Stop()
+		}
+		return nil
+	})
+	return g.Wait()
+}

@@ -1,0 +1,47 @@
+package hub
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the hub's Prometheus series. They are registered on the
+// registerer from Options, never on a global registry.
+type metrics struct {
+	sessions      prometheus.Gauge
+	received      *prometheus.CounterVec
+	duplicates    prometheus.Counter
+	rejected      *prometheus.CounterVec
+	apiWrites     *prometheus.CounterVec
+	registrations *prometheus.CounterVec
+	dispatched    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "drover_hub_sessions", Help: "Agent streams this hub holds.",
+		}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_hub_messages_received_total", Help: "Agent envelopes accepted, by kind.",
+		}, []string{"kind"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_duplicate_messages_total", Help: "Agent envelopes recognised as re-sent (same id or revision) and not applied again.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_hub_rejected_messages_total", Help: "Agent envelopes rejected, by reason.",
+		}, []string{"reason"}),
+		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_hub_api_writes_total", Help: "FleetNode writes to the Kubernetes API, by reason.",
+		}, []string{"reason"}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_hub_registrations_total", Help: "Register calls, by result.",
+		}, []string{"result"}),
+		dispatched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_dispatched_total", Help: "Work items sent to agents (snapshots count each item).",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched} {
+			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
+		}
+	}
+	return m
+}

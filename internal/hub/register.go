@@ -1,0 +1,224 @@
+package hub
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	corev1 "k8s.io/api/core/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/bootstrap"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// pendingRetry is how long a pending agent waits before asking again.
+const pendingRetry = 5 * time.Second
+
+// Register implements AgentHub. It creates the FleetNode on first contact and
+// signs the node's certificate once the node is approved.
+func (h *Hub) Register(ctx context.Context, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
+	resp, err := h.register(ctx, req)
+	result := "approved"
+	switch {
+	case err != nil:
+		result = status.Code(err).String()
+	case resp.GetResult() == agentv1.RegisterResponse_RESULT_PENDING:
+		result = "pending"
+	}
+	h.metrics.registrations.WithLabelValues(result).Inc()
+	if err != nil {
+		h.log.Info("registration refused", "node", req.GetNode(), "reason", err.Error())
+	}
+	return resp, err
+}
+
+func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
+	node := req.GetNode()
+	if err := protocol.ValidNodeName(node); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "node name %q: %v", node, err)
+	}
+	if err := validateInfo(req.GetInfo()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+	}
+	now := h.opts.Now()
+	tok, err := bootstrap.Verify(ctx, h.opts.APIReader, h.opts.Namespace, req.GetBootstrapToken(), now)
+	switch {
+	case errors.Is(err, bootstrap.ErrMalformed), errors.Is(err, bootstrap.ErrUnknown), errors.Is(err, bootstrap.ErrInvalid), errors.Is(err, bootstrap.ErrExpired):
+		return nil, status.Errorf(codes.Unauthenticated, "register node %s: %v", node, err)
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "register node %s: %v", node, err)
+	}
+
+	fn, err := h.ensureNode(ctx, node, tok, req.GetInfo())
+	if err != nil {
+		return nil, err
+	}
+	if fn.Spec.Revoked {
+		return nil, status.Errorf(codes.PermissionDenied, "node %s is revoked; delete the FleetNode to let it register again", node)
+	}
+	if !fn.Spec.Approved {
+		return &agentv1.RegisterResponse{
+			Result:            agentv1.RegisterResponse_RESULT_PENDING,
+			Message:           fmt.Sprintf("node %s is waiting for approval: run `drover approve %s`", node, node),
+			RetryAfterSeconds: uint32(pendingRetry / time.Second),
+		}, nil
+	}
+	certDER, err := h.ca.SignClientCSR(req.GetCsr(), node, now, h.opts.CertificateValidity)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+	}
+	cert, _ := x509.ParseCertificate(certDER)
+	if cert != nil {
+		h.writeStatus(ctx, node, "certificate", func(n *fleetv1.FleetNode) bool {
+			exp := metav1.NewTime(cert.NotAfter.Truncate(time.Second))
+			n.Status.CertificateExpiry = &exp
+			return true
+		})
+	}
+	return &agentv1.RegisterResponse{
+		Result:      agentv1.RegisterResponse_RESULT_APPROVED,
+		Certificate: certDER,
+		Ca:          h.ca.Cert.Raw,
+		Message:     fmt.Sprintf("node %s approved", node),
+	}, nil
+}
+
+// ensureNode returns the node's FleetNode, creating it (Pending) on first registration.
+func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, info *agentv1.NodeInfo) (*fleetv1.FleetNode, error) {
+	var fn fleetv1.FleetNode
+	err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn)
+	if err == nil {
+		return &fn, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
+	}
+	fn = fleetv1.FleetNode{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        node,
+			Labels:      nodeLabels(info),
+			Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: tok.ID},
+		},
+		Spec: fleetv1.FleetNodeSpec{Approved: tok.AutoApprove},
+	}
+	if err := h.opts.Client.Create(ctx, &fn); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
+				return nil, status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
+			}
+			return &fn, nil
+		}
+		return nil, status.Errorf(codes.Unavailable, "create node %s: %v", node, err)
+	}
+	h.metrics.apiWrites.WithLabelValues("register").Inc()
+	reason, msg := fleetv1.ReasonAwaitingApproval, "waiting for `drover approve "+node+"`"
+	cond := metav1.ConditionFalse
+	if tok.AutoApprove {
+		reason, msg, cond = fleetv1.ReasonAutoApproved, "approved by bootstrap token "+tok.ID, metav1.ConditionTrue
+	}
+	h.writeStatus(ctx, node, "register", func(n *fleetv1.FleetNode) bool {
+		n.Status.Phase = fleetv1.FleetNodePending
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+			Type: fleetv1.ApprovedCondition, Status: cond, Reason: reason, Message: msg, ObservedGeneration: n.Generation,
+		})
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+			Type: fleetv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "NotConnected", Message: "the agent has not opened a stream yet", ObservedGeneration: n.Generation,
+		})
+		applyInfo(n, info)
+		return true
+	})
+	return &fn, nil
+}
+
+func nodeLabels(info *agentv1.NodeInfo) map[string]string {
+	l := map[string]string{}
+	maps.Copy(l, info.GetLabels())
+	if v := info.GetOs(); v != "" {
+		l[fleetv1.LabelOS] = v
+	}
+	if v := info.GetArch(); v != "" {
+		l[fleetv1.LabelArch] = v
+	}
+	if v := info.GetHostname(); v != "" && len(validation.IsValidLabelValue(v)) == 0 {
+		l[fleetv1.LabelHostname] = v
+	}
+	return l
+}
+
+// validateInfo checks what an agent reports before any of it reaches the API.
+func validateInfo(info *agentv1.NodeInfo) error {
+	for k, v := range info.GetLabels() {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q: %s", k, errs[0])
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("label %s value %q: %s", k, v, errs[0])
+		}
+	}
+	for k, v := range info.GetCapacity() {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("capacity name %q: %s", k, errs[0])
+		}
+		if _, err := resource.ParseQuantity(v); err != nil {
+			return fmt.Errorf("capacity %s %q: %v", k, v, err)
+		}
+	}
+	return nil
+}
+
+// applyInfo copies reported facts into status; it reports whether anything changed.
+func applyInfo(n *fleetv1.FleetNode, info *agentv1.NodeInfo) bool {
+	if info == nil {
+		return false
+	}
+	changed := false
+	set := func(dst *string, v string) {
+		if v != "" && *dst != v {
+			*dst, changed = v, true
+		}
+	}
+	set(&n.Status.AgentVersion, info.GetAgentVersion())
+	set(&n.Status.OS, info.GetOs())
+	set(&n.Status.Arch, info.GetArch())
+	set(&n.Status.Hostname, info.GetHostname())
+	if len(info.GetCapacity()) > 0 {
+		capacity := corev1.ResourceList{}
+		for k, v := range info.GetCapacity() {
+			if q, err := resource.ParseQuantity(v); err == nil {
+				capacity[corev1.ResourceName(k)] = q
+			}
+		}
+		if !capacityEqual(n.Status.Capacity, capacity) {
+			n.Status.Capacity, changed = capacity, true
+		}
+	}
+	if len(info.GetLabels()) > 0 && !maps.Equal(n.Status.ReportedLabels, info.GetLabels()) {
+		n.Status.ReportedLabels, changed = maps.Clone(info.GetLabels()), true
+	}
+	return changed
+}
+
+func capacityEqual(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, q := range a {
+		if r, ok := b[k]; !ok || q.Cmp(r) != 0 {
+			return false
+		}
+	}
+	return true
+}

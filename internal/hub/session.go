@@ -1,0 +1,358 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// sendQueue bounds the envelopes waiting for one agent's stream. A node that
+// falls this far behind is disconnected; it gets a full snapshot on reconnect.
+const sendQueue = 256
+
+// seenIDs bounds the per-session memory of envelope ids used to spot re-sends.
+const seenIDs = 512
+
+// session is one agent's open GetMessage stream on this hub.
+type session struct {
+	node string
+	out  chan *agentv1.Envelope
+	done chan struct{}
+
+	// mu guards everything below.
+	mu       sync.Mutex
+	reason   string
+	rev      uint64                        // last hub->agent revision sent
+	pending  map[string]*agentv1.Envelope // sent, not acked yet
+	seen     map[string]struct{}
+	seenRing []string
+	agent    *protocol.Tracker // agent->hub report revisions
+}
+
+func newSession(node string, agentRev uint64) *session {
+	return &session{
+		node:    node,
+		out:     make(chan *agentv1.Envelope, sendQueue),
+		done:    make(chan struct{}),
+		pending: map[string]*agentv1.Envelope{},
+		seen:    map[string]struct{}{},
+		agent:   protocol.NewTracker(agentRev),
+	}
+}
+
+func (s *session) close(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason != "" {
+		return
+	}
+	s.reason = reason
+	close(s.done)
+}
+
+// enqueue queues env for the stream without blocking.
+func (s *session) enqueue(env *agentv1.Envelope) error {
+	select {
+	case s.out <- env:
+		return nil
+	case <-s.done:
+		return errors.New("stream closed")
+	default:
+		s.close("send queue full")
+		return errors.New("send queue full; the agent will resync on reconnect")
+	}
+}
+
+// firstSeen records id and reports whether it is new.
+func (s *session) firstSeen(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.seen[id]; dup {
+		return false
+	}
+	s.seen[id] = struct{}{}
+	s.seenRing = append(s.seenRing, id)
+	if len(s.seenRing) > seenIDs {
+		delete(s.seen, s.seenRing[0])
+		s.seenRing = s.seenRing[1:]
+	}
+	return true
+}
+
+// nodeFromPeer returns the node named by the verified client certificate.
+func nodeFromPeer(ctx context.Context) (string, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "no peer information")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return "", status.Error(codes.Unauthenticated, "a node client certificate signed by Drover's CA is required; register with a bootstrap token first")
+	}
+	cert := ti.State.VerifiedChains[0][0]
+	isNode := false
+	for _, o := range cert.Subject.Organization {
+		isNode = isNode || o == "drover:nodes"
+	}
+	if !isNode {
+		return "", status.Error(codes.PermissionDenied, "certificate is not a node certificate")
+	}
+	return cert.Subject.CommonName, nil
+}
+
+// GetMessage implements AgentHub: the hub->agent stream.
+func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStreamingServer[agentv1.Envelope]) error {
+	ctx := stream.Context()
+	node, err := nodeFromPeer(ctx)
+	if err != nil {
+		return err
+	}
+	if err := validateInfo(req.GetInfo()); err != nil {
+		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+	}
+	var fn fleetv1.FleetNode
+	if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
+		if apierrors.IsNotFound(err) {
+			return status.Errorf(codes.Unauthenticated, "node %s is not registered (its FleetNode was deleted); register again with a bootstrap token", node)
+		}
+		return status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
+	}
+	if fn.Spec.Revoked {
+		return status.Errorf(codes.PermissionDenied, "node %s is revoked", node)
+	}
+	if !fn.Spec.Approved {
+		return status.Errorf(codes.PermissionDenied, "node %s is not approved: run `drover approve %s`", node, node)
+	}
+
+	s := newSession(node, req.GetAgentRevision())
+	now := h.opts.Now()
+	h.mu.Lock()
+	old := h.sessions[node]
+	h.sessions[node] = s
+	h.live.Connected(node, now)
+	h.metrics.sessions.Set(float64(len(h.sessions)))
+	h.mu.Unlock()
+	if old != nil {
+		old.close("replaced by a newer stream from the same node")
+	}
+	defer func() {
+		h.mu.Lock()
+		if h.sessions[node] == s {
+			delete(h.sessions, node)
+			h.live.Disconnected(node)
+		}
+		h.metrics.sessions.Set(float64(len(h.sessions)))
+		h.mu.Unlock()
+		s.close("stream ended")
+	}()
+
+	h.markOnline(ctx, node, req, now)
+
+	if err := stream.Send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
+		HeartbeatSeconds: uint32(h.opts.HeartbeatInterval / time.Second),
+		Hub:              h.opts.Name,
+	})); err != nil {
+		return err
+	}
+	if err := h.sendSnapshot(ctx, s, req.GetLastRevision()); err != nil {
+		return err
+	}
+	for {
+		select {
+		case env := <-s.out:
+			if err := stream.Send(env); err != nil {
+				return err
+			}
+		case <-s.done:
+			s.mu.Lock()
+			reason := s.reason
+			s.mu.Unlock()
+			return status.Error(codes.Aborted, reason)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// markOnline claims the node for this hub. Moving from another hub while
+// Online is a hand-over, not a flap: the phase stays Online.
+func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessageRequest, now time.Time) {
+	h.writeStatus(ctx, node, "connect", func(n *fleetv1.FleetNode) bool {
+		reason, msg := fleetv1.ReasonConnected, "connected to hub "+h.opts.Name
+		if n.Status.Phase == fleetv1.FleetNodeOnline && n.Status.Hub != "" && n.Status.Hub != h.opts.Name {
+			reason, msg = fleetv1.ReasonMovedHub, fmt.Sprintf("moved from hub %s to hub %s", n.Status.Hub, h.opts.Name)
+		}
+		setReady(n, true, reason, msg, now)
+		n.Status.Hub = h.opts.Name
+		t := metav1.NewTime(now.Truncate(time.Second))
+		n.Status.ConnectedTime = &t
+		n.Status.LastHeartbeatTime = &t
+		n.Status.ObservedGeneration = n.Generation
+		applyInfo(n, req.GetInfo())
+		return true
+	})
+}
+
+// sendSnapshot sends the node's whole desired state at a revision past what
+// the agent holds, so the agent replaces its view.
+func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) error {
+	items, err := h.opts.Work.WorkFor(ctx, s.node)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "list work for node %s: %v", s.node, err)
+	}
+	s.mu.Lock()
+	s.rev = max(s.rev, agentHas) + 1
+	env := protocol.NewSnapshot(s.node, s.rev, items)
+	s.pending[env.GetId()] = env
+	s.mu.Unlock()
+	h.metrics.dispatched.Add(float64(len(items)))
+	return s.enqueue(env)
+}
+
+// Dispatch sends one work item to a node connected to this hub. The item is
+// re-sent (as part of a snapshot) if the agent reconnects before acking it.
+func (h *Hub) Dispatch(node string, item *agentv1.WorkItem) error {
+	h.mu.Lock()
+	s := h.sessions[node]
+	h.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("dispatch %s to node %s: node is not connected to hub %s", item.GetUid(), node, h.opts.Name)
+	}
+	s.mu.Lock()
+	s.rev++
+	env := protocol.NewDispatch(node, s.rev, item)
+	s.pending[env.GetId()] = env
+	s.mu.Unlock()
+	h.metrics.dispatched.Inc()
+	if err := s.enqueue(env); err != nil {
+		return fmt.Errorf("dispatch %s to node %s: %w", item.GetUid(), node, err)
+	}
+	return nil
+}
+
+// Connected reports whether node has a stream open on this hub.
+func (h *Hub) Connected(node string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.sessions[node]
+	return ok
+}
+
+// Pending returns how many envelopes node has not acked yet.
+func (h *Hub) Pending(node string) int {
+	h.mu.Lock()
+	s := h.sessions[node]
+	h.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// SendMessage implements AgentHub: one agent->hub envelope.
+func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
+	node, err := nodeFromPeer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := protocol.Validate(env); err != nil {
+		h.metrics.rejected.WithLabelValues("malformed").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if env.GetNode() != node {
+		h.metrics.rejected.WithLabelValues("wrong-node").Inc()
+		return nil, status.Errorf(codes.PermissionDenied, "node %s may not send as node %s", node, env.GetNode())
+	}
+	h.mu.Lock()
+	s := h.sessions[node]
+	known := h.live.Heartbeat(node, h.opts.Now())
+	h.mu.Unlock()
+	if s == nil || !known {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s has no open stream on hub %s; open GetMessage first", node, h.opts.Name)
+	}
+	kind := env.GetKind().String()
+	if !s.firstSeen(env.GetId()) {
+		h.metrics.duplicates.Inc()
+		return &agentv1.SendResponse{Duplicate: true}, nil
+	}
+	h.metrics.received.WithLabelValues(kind).Inc()
+
+	switch p := env.GetPayload().(type) {
+	case *agentv1.Envelope_Heartbeat:
+		return &agentv1.SendResponse{}, nil
+	case *agentv1.Envelope_Ack:
+		s.mu.Lock()
+		delete(s.pending, env.GetAckOf())
+		s.mu.Unlock()
+		return &agentv1.SendResponse{}, nil
+	case *agentv1.Envelope_FullSyncRequest:
+		if err := h.sendSnapshot(ctx, s, p.FullSyncRequest.GetHaveRevision()); err != nil {
+			return nil, err
+		}
+		return &agentv1.SendResponse{}, nil
+	case *agentv1.Envelope_NodeState:
+		// A NodeState is the agent's whole state: any newer one replaces what we have.
+		s.mu.Lock()
+		v := s.agent.Reset(env.GetRevision())
+		s.mu.Unlock()
+		if v != protocol.Apply {
+			h.metrics.duplicates.Inc()
+			return &agentv1.SendResponse{Duplicate: true}, nil
+		}
+		rev := int64(env.GetRevision())
+		h.writeStatus(ctx, node, "node-state", func(n *fleetv1.FleetNode) bool {
+			changed := applyInfo(n, p.NodeState.GetInfo())
+			if n.Status.AgentRevision != rev {
+				n.Status.AgentRevision, changed = rev, true
+			}
+			return changed
+		})
+		return &agentv1.SendResponse{}, nil
+	case *agentv1.Envelope_Status:
+		s.mu.Lock()
+		v := s.agent.Step(env.GetRevision())
+		s.mu.Unlock()
+		switch v {
+		case protocol.Apply:
+			h.log.Debug("work status", "node", node, "uid", p.Status.GetWork().GetUid(), "phase", p.Status.GetWork().GetPhase())
+			return &agentv1.SendResponse{}, nil
+		case protocol.Gap:
+			return &agentv1.SendResponse{FullSyncRequired: true}, nil
+		default:
+			h.metrics.duplicates.Inc()
+			return &agentv1.SendResponse{Duplicate: true}, nil
+		}
+	default:
+		h.metrics.rejected.WithLabelValues("unexpected-kind").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "envelope %s: kind %s is not sent by agents", env.GetId(), kind)
+	}
+}
+
+func (h *Hub) closeAllSessions() {
+	h.mu.Lock()
+	ss := make([]*session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		ss = append(ss, s)
+	}
+	h.mu.Unlock()
+	for _, s := range ss {
+		s.close("hub shutting down")
+	}
+}

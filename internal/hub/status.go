@@ -1,0 +1,206 @@
+package hub
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+)
+
+// writeStatus reads the node uncached, applies mutate and patches status
+// with an optimistic lock, retrying on conflict. mutate returns false to
+// skip the write (e.g. another hub holds the node now). Errors are logged:
+// the caller has nothing better to do with them, and the next transition or
+// refresh writes again.
+func (h *Hub) writeStatus(ctx context.Context, node, reason string, mutate func(*fleetv1.FleetNode) bool) bool {
+	wrote := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n fleetv1.FleetNode
+		if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		before := n.DeepCopy()
+		if !mutate(&n) {
+			return nil
+		}
+		if err := h.opts.Client.Status().Patch(ctx, &n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			h.log.Error("write node status", "node", node, "reason", reason, "err", err)
+		}
+		return false
+	}
+	if wrote {
+		h.metrics.apiWrites.WithLabelValues(reason).Inc()
+	}
+	return wrote
+}
+
+// setReady sets the Ready condition and the phase that goes with it.
+func setReady(n *fleetv1.FleetNode, ready bool, reason, msg string, now time.Time) {
+	st := metav1.ConditionFalse
+	n.Status.Phase = fleetv1.FleetNodeOffline
+	if ready {
+		st = metav1.ConditionTrue
+		n.Status.Phase = fleetv1.FleetNodeOnline
+	}
+	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+		Type: fleetv1.ReadyCondition, Status: st, Reason: reason, Message: msg,
+		ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+}
+
+// runLiveness turns the liveness tracker's decisions into API writes.
+func (h *Hub) runLiveness(ctx context.Context) error {
+	period := min(max(h.opts.OfflineTimeout/20, 100*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := h.opts.Now()
+		h.mu.Lock()
+		due := h.live.Tick(now)
+		var silent []*session
+		for _, o := range due.Offline {
+			if s, ok := h.sessions[o.Node]; ok {
+				silent = append(silent, s)
+			}
+		}
+		h.mu.Unlock()
+		for _, s := range silent {
+			s.close("no heartbeat within the offline timeout")
+		}
+		for _, o := range due.Offline {
+			last := o.LastSeen
+			h.log.Info("node offline", "node", o.Node, "lastSeen", last)
+			h.writeStatus(ctx, o.Node, "offline", func(n *fleetv1.FleetNode) bool {
+				if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
+					return false // another hub took it over, or it is already not Online
+				}
+				setReady(n, false, fleetv1.ReasonHeartbeatTimeout, "no heartbeat since "+last.UTC().Format(time.RFC3339), now)
+				lt := metav1.NewTime(last.Truncate(time.Second))
+				n.Status.LastHeartbeatTime = &lt
+				return true
+			})
+		}
+		for _, r := range due.Refresh {
+			seen := r.LastSeen
+			h.writeStatus(ctx, r.Node, "heartbeat-refresh", func(n *fleetv1.FleetNode) bool {
+				if n.Status.Hub != h.opts.Name {
+					return false
+				}
+				lt := metav1.NewTime(seen.Truncate(time.Second))
+				n.Status.LastHeartbeatTime = &lt
+				return true
+			})
+		}
+	}
+}
+
+// LeaseName is the name of a hub's Lease.
+func LeaseName(hub string) string { return "drover-hub-" + hub }
+
+// runLease keeps the hub's Lease renewed. The manager reads it to tell a dead
+// hub's nodes from live ones.
+func (h *Hub) runLease(ctx context.Context) error {
+	every := h.opts.LeaseDuration / 3
+	for {
+		if err := h.renewLease(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("renew hub lease", "lease", LeaseName(h.opts.Name), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+func (h *Hub) renewLease(ctx context.Context) error {
+	now := metav1.NewMicroTime(h.opts.Now())
+	var l coordinationv1.Lease
+	key := client.ObjectKey{Namespace: h.opts.Namespace, Name: LeaseName(h.opts.Name)}
+	err := h.opts.APIReader.Get(ctx, key, &l)
+	if apierrors.IsNotFound(err) {
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{"fleet.drover.io/component": "hub"}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(h.opts.Name),
+				LeaseDurationSeconds: ptr.To(int32(h.opts.LeaseDuration / time.Second)),
+				AcquireTime:          &now,
+				RenewTime:            &now,
+			},
+		}
+		return h.opts.Client.Create(ctx, &l)
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime = &now
+	l.Spec.HolderIdentity = ptr.To(h.opts.Name)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.opts.LeaseDuration / time.Second))
+	return h.opts.Client.Update(ctx, &l)
+}
+
+// watchNodes closes the streams of nodes that were revoked, unapproved or
+// deleted since they connected.
+func (h *Hub) watchNodes(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		h.mu.Lock()
+		names := make([]string, 0, len(h.sessions))
+		for n := range h.sessions {
+			names = append(names, n)
+		}
+		h.mu.Unlock()
+		for _, name := range names {
+			var n fleetv1.FleetNode
+			err := h.opts.Client.Get(ctx, client.ObjectKey{Name: name}, &n)
+			reason := ""
+			switch {
+			case apierrors.IsNotFound(err):
+				reason = "node " + name + " was deleted"
+			case err != nil:
+				continue
+			case n.Spec.Revoked:
+				reason = "node " + name + " is revoked"
+			case !n.Spec.Approved:
+				reason = "node " + name + " is no longer approved"
+			}
+			if reason == "" {
+				continue
+			}
+			h.mu.Lock()
+			s := h.sessions[name]
+			h.live.Forget(name)
+			h.mu.Unlock()
+			if s != nil {
+				h.log.Info("closing stream", "node", name, "reason", reason)
+				s.close(reason)
+			}
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package pki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"time"
+)
+
+// CA is a certificate authority held in memory.
+type CA struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+	// CertPEM and KeyPEM are the encoded forms, for storing in a Secret.
+	CertPEM, KeyPEM []byte
+}
+
+// NewCA creates a self-signed CA valid for validity from now.
+func NewCA(commonName string, now time.Time, validity time.Duration) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"drover"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("self-sign CA: %w", err)
+	}
+	keyPEM, err := EncodeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCA(EncodeCert(der), keyPEM)
+}
+
+// ParseCA loads a CA from PEM.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	cert, err := ParseCert(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA certificate: %w", err)
+	}
+	if !cert.IsCA {
+		return nil, errors.New("parse CA certificate: not a CA")
+	}
+	key, err := ParseKey(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA key: %w", err)
+	}
+	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// Pool returns a cert pool holding only this CA.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.Cert)
+	return p
+}
+
+// SignClientCSR signs a DER PKCS#10 request for a client certificate whose
+// common name must be wantCN. Only the public key and CN are taken from the
+// request; everything else (usages, lifetime) is decided here.
+func (ca *CA) SignClientCSR(csrDER []byte, wantCN string, now time.Time, validity time.Duration) ([]byte, error) {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request signature: %w", err)
+	}
+	if csr.Subject.CommonName != wantCN {
+		return nil, fmt.Errorf("certificate request is for %q, not node %q", csr.Subject.CommonName, wantCN)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: wantCN, Organization: []string{"drover:nodes"}},
+		NotBefore:    now.Add(-5 * time.Minute),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate for %s: %w", wantCN, err)
+	}
+	return der, nil
+}
+
+// IssueServing makes a serving key pair for hosts (DNS names or IPs).
+func (ca *CA) IssueServing(commonName string, hosts []string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate serving key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: commonName},
+		NotBefore:    now.Add(-5 * time.Minute),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign serving certificate: %w", err)
+	}
+	keyPEM, err = EncodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return EncodeCert(der), keyPEM, nil
+}
+
+// NewKeyAndCSR makes a private key and a certificate request for commonName.
+func NewKeyAndCSR(commonName string) (keyPEM, csrDER []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	csrDER, err = x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: commonName},
+	}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create certificate request: %w", err)
+	}
+	keyPEM, err = EncodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return keyPEM, csrDER, nil
+}
+
+// EncodeCert PEM-encodes a DER certificate.
+func EncodeCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// EncodeKey PEM-encodes a private key as PKCS#8.
+func EncodeKey(key crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// ParseCert parses the first PEM certificate.
+func ParseCert(certPEM []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(certPEM)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM certificate found")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+// ParseKey parses a PEM PKCS#8 (or EC) private key.
+func ParseKey(keyPEM []byte) (crypto.Signer, error) {
+	b, _ := pem.Decode(keyPEM)
+	if b == nil {
+		return nil, errors.New("no PEM key found")
+	}
+	if k, err := x509.ParsePKCS8PrivateKey(b.Bytes); err == nil {
+		s, ok := k.(crypto.Signer)
+		if !ok {
+			return nil, errors.New("key is not a signer")
+		}
+		return s, nil
+	}
+	k, err := x509.ParseECPrivateKey(b.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse key: %w", err)
+	}
+	return k, nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		// crypto/rand does not fail on Linux; a fixed serial would still be a valid certificate.
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n
+}

@@ -1,0 +1,68 @@
+package pki
+
+import (
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSignClientCSR(t *testing.T) {
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	ca, err := NewCA("drover-ca", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, csr, err := NewKeyAndCSR("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	der, err := ca.SignClientCSR(csr, "node-a", now, time.Hour)
+	if err != nil {
+		t.Fatalf("SignClientCSR(node-a) = %v, want nil", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: ca.Pool(), CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("signed certificate does not verify against the CA: %v", err)
+	}
+	if cert.Subject.CommonName != "node-a" {
+		t.Errorf("CN = %q, want node-a", cert.Subject.CommonName)
+	}
+
+	if _, err := ca.SignClientCSR(csr, "node-b", now, time.Hour); err == nil || !strings.Contains(err.Error(), `not node "node-b"`) {
+		t.Errorf("SignClientCSR(request for node-a, as node-b) = %v, want a CN mismatch error", err)
+	}
+	if _, err := ca.SignClientCSR([]byte("garbage"), "node-a", now, time.Hour); err == nil {
+		t.Error("SignClientCSR(garbage) = nil, want error")
+	}
+}
+
+func TestParseCARoundTrip(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("drover-ca", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseCA(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
+		t.Fatalf("ParseCA(NewCA()) = %v", err)
+	}
+	certPEM, _, err := again.IssueServing("hub", []string{"127.0.0.1", "localhost"}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ParseCert(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: "localhost"}); err != nil {
+		t.Errorf("serving certificate from the re-parsed CA does not verify: %v", err)
+	}
+	if _, err := ParseCA(certPEM, ca.KeyPEM); err == nil {
+		t.Error("ParseCA(non-CA certificate) = nil, want error")
+	}
+}
