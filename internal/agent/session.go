@@ -296,4 +296,3 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 	_, err := a.call(ctx, client, protocol.NewAck(a.opts.Node, env.GetId()))
 	return err
 }
-

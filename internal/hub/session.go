@@ -7,13 +7,13 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -37,7 +37,7 @@ type session struct {
 	// mu guards everything below.
 	mu       sync.Mutex
 	reason   string
-	rev      uint64                        // last hub->agent revision sent
+	rev      uint64                       // last hub->agent revision sent
 	pending  map[string]*agentv1.Envelope // sent, not acked yet
 	seen     map[string]struct{}
 	seenRing []string

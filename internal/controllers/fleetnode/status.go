@@ -68,7 +68,7 @@ func Decide(n *fleetv1.FleetNode, lease *coordinationv1.Lease, now time.Time, of
 	n.Status.Phase = fleetv1.FleetNodeOffline
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
 		Type: fleetv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: fleetv1.ReasonHubLost,
-		Message: "hub " + n.Status.Hub + " stopped renewing its Lease and no other hub took the node over",
+		Message:            "hub " + n.Status.Hub + " stopped renewing its Lease and no other hub took the node over",
 		ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
 	})
 	d.Changed, d.Event, d.EventNote = true, fleetv1.ReasonHubLost, "node offline: hub "+n.Status.Hub+" is gone"
