@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -563,4 +564,29 @@ func TestEmbeddedMigrationsLoad(t *testing.T) {
 	}
 }
 
+func TestOpenLogsEachMigrationOnce(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	path := filepath.Join(t.TempDir(), "agent.db")
+	for range 2 {
+		s, err := Open(context.Background(), path, Options{Logger: log})
+		must(t, err)
+		must(t, s.Close())
+	}
+	if got := strings.Count(buf.String(), "applied agent db migration"); got != len(mustEmbedded(t)) {
+		t.Errorf("migration log lines = %d, want %d:\n%s", got, len(mustEmbedded(t)), buf.String())
+	}
+}
 
+func TestCallsAfterCloseFailCleanly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	s, err := Open(context.Background(), path, Options{})
+	must(t, err)
+	must(t, s.Close())
+	if _, err := s.HubRevision(context.Background()); err == nil {
+		t.Error("HubRevision() after Close = nil error")
+	}
+	if _, err := s.PutWork(context.Background(), Work{UID: "u"}); err == nil {
+		t.Error("PutWork() after Close = nil error")
+	}
+}
