@@ -17,12 +17,14 @@
 // A full sync (a Snapshot from the hub, a NodeState from the agent) resets the
 // tracker to the sender's revision with Tracker.Reset.
 //
-//	          Step(last+1)                Step(rev > last+1)
-//	   +---------------------+     +---------------------------+
-//	   |                     v     |                           v
-//	[last=n] --Step(<=n)--> [last=n]                      request full sync
-//	   ^                                                       |
-//	   +------------- Reset(snapshot rev > n) -----------------+
+//	  Step(n+1): Apply, last = n+1
+//	   +-----+
+//	   |     v
+//	[ last = n ] --- Step(> n+1): Gap ---> ask for a full sync
+//	  ^   |                                        |
+//	  |   +-- Step(<= n): Duplicate / Stale        |
+//	  |                                            |
+//	  +---- Reset(r > n): Apply, last = r <--------+
 //
 // Validate checks every field an envelope carries against the limits in this
 // package (sizes, names, the kind/payload pairing) so that a transport or a

@@ -63,6 +63,12 @@ func TestOpenCreatesAPrivateFileInANewDirectory(t *testing.T) {
 	if mode != "wal" {
 		t.Errorf("journal_mode = %q, want wal", mode)
 	}
+	var sync, fk int
+	must(t, s.w.QueryRow(`PRAGMA synchronous`).Scan(&sync))
+	must(t, s.w.QueryRow(`PRAGMA foreign_keys`).Scan(&fk))
+	if sync != 2 || fk != 1 {
+		t.Errorf("writer synchronous = %d, foreign_keys = %d; want 2 (FULL), 1", sync, fk)
+	}
 }
 
 func TestOpenRejectsPathsThatAreNotPlainFiles(t *testing.T) {
