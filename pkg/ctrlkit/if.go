@@ -1,0 +1,67 @@
+package ctrlkit
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// If runs action only when cond is true; otherwise it is NoRequeue. cond is
+// evaluated when If is called, while the workflow is built; use IfFunc to
+// decide when the workflow reaches it.
+func If(cond bool, action Action) Action {
+	mustActions("If", []Action{action})
+	return &ifAction{cond: func(context.Context) bool { return cond }, fixed: &cond, child: action}
+}
+
+// IfFunc runs action only when cond(ctx) returns true at the moment the
+// workflow reaches it, for example after an earlier action in a Sequential
+// has changed what cond looks at.
+func IfFunc(cond func(ctx context.Context) bool, action Action) Action {
+	mustActions("IfFunc", []Action{action})
+	if cond == nil {
+		panic("ctrlkit.IfFunc: cond is nil")
+	}
+	return &ifAction{cond: cond, child: action}
+}
+
+type ifAction struct {
+	cond  func(context.Context) bool
+	fixed *bool // the constant condition of If, for the description
+	child Action
+}
+
+var _ Composite = (*ifAction)(nil)
+
+func (a *ifAction) Description() string {
+	switch {
+	case a.fixed == nil:
+		return "IfFunc(" + a.child.Description() + ")"
+	case *a.fixed:
+		return "If(true, " + a.child.Description() + ")"
+	default:
+		return "If(false, " + a.child.Description() + ")"
+	}
+}
+
+func (a *ifAction) Children() []Action { return []Action{a.child} }
+
+func (a *ifAction) WithChildren(children []Action) Action {
+	mustActions("If", children)
+	return &ifAction{cond: a.cond, fixed: a.fixed, child: children[0]}
+}
+
+func (a *ifAction) Run(ctx context.Context) (reconcile.Result, error) {
+	if !a.cond(ctx) {
+		return NoRequeue()
+	}
+	return a.child.Run(ctx)
+}
+
+// Name implements the short name used by NameOf.
+func (a *ifAction) Name() string {
+	if a.fixed == nil {
+		return "IfFunc"
+	}
+	return "If"
+}
