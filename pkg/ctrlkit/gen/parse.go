@@ -4,6 +4,7 @@ import (
 	"fmt"
 	gotoken "go/token"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -286,12 +287,15 @@ func (p *parser) parseStateBlock(d *Decl) {
 	}
 }
 
-// reservedNames are identifiers the generated action code uses next to the
-// state variables: a state with one of these names would shadow them.
-var reservedNames = map[string]bool{
-	"ctx": true, "logger": true, "err": true, "m": true, "s": true,
-	"context": true, "fmt": true, "logr": true, "apierrors": true, "metav1": true,
-	"ctrl": true, "client": true, "reconcile": true, "ctrlkit": true,
+// reservedNames returns the identifiers the generated action code uses next
+// to the state variables: a state with one of these names would shadow
+// them. A function rather than a package-level map, so nothing can change it.
+func reservedNames() []string {
+	return []string{
+		"ctx", "logger", "err", "m", "s",
+		"context", "fmt", "logr", "apierrors", "metav1",
+		"ctrl", "client", "reconcile", "ctrlkit",
+	}
 }
 
 func (p *parser) parseState(d *Decl, nameTok token) {
@@ -299,7 +303,7 @@ func (p *parser) parseState(d *Decl, nameTok token) {
 	if !gotoken.IsIdentifier(st.Name) {
 		p.fail(nameTok.pos, "state name %q must be a Go identifier", st.Name)
 	}
-	if gotoken.IsKeyword(st.Name) || reservedNames[st.Name] {
+	if gotoken.IsKeyword(st.Name) || slices.Contains(reservedNames(), st.Name) {
 		p.fail(nameTok.pos, "state name %q is reserved in generated code; choose another", st.Name)
 	}
 	for _, other := range d.States {
@@ -535,7 +539,7 @@ func getterName(st *State) string {
 // appsv1 for apps/v1, avoiding the names generated code imports itself.
 func assignIdents(f *File) {
 	used := map[string]bool{}
-	for name := range reservedNames {
+	for _, name := range reservedNames() {
 		used[name] = true
 	}
 	for _, b := range f.Binds {
