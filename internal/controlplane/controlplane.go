@@ -125,15 +125,20 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	closeLogs := func() { apiLog.Close(); etcdLog.Close() }
 
+	// Errors of the apiserver and etcd reach the Logger through the gate:
+	// held back while starting, forwarded while serving (see errGate).
+	gate := &errGate{}
+	forward := gate.handler(log.Handler())
 	// klog is process-wide: from here on every klog line of this process
 	// goes to apiserver.log, and errors also to the Logger.
 	klog.SetSlogLogger(slog.New(newTeeHandler(apiLog, slog.LevelInfo,
-		log.Handler().WithAttrs([]slog.Attr{slog.String("component", "kube-apiserver")}))))
+		forward.WithAttrs([]slog.Attr{slog.String("component", "kube-apiserver")}))))
 
 	etcd, etcdURL, err := startEtcd(ctx, filepath.Join(opts.DataDir, "etcd"),
-		newEtcdLogger(etcdLog, log.Handler().WithAttrs([]slog.Attr{slog.String("component", "etcd")})),
+		newEtcdLogger(etcdLog, forward.WithAttrs([]slog.Attr{slog.String("component", "etcd")})),
 		opts.ReadyTimeout)
 	if err != nil {
+		gate.failed()
 		closeLogs()
 		return nil, err
 	}
@@ -141,6 +146,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 
 	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.APIServerPort)))
 	if err != nil {
+		gate.failed()
 		etcd.Close()
 		closeLogs()
 		return nil, fmt.Errorf("listen for kube-apiserver on 127.0.0.1:%d: %w", opts.APIServerPort, err)
@@ -161,6 +167,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 
 	// stop tears down after a failed start: apiserver first, then etcd.
 	stop := func() {
+		gate.failed()
 		stopAPI()
 		<-apiDone
 		etcd.Close()
@@ -174,26 +181,31 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		stop()
 		return nil, err
 	}
+	gate.serving()
 	log.Info("control plane ready", "url", host, "kubeconfig", c.kubeconfigPath,
 		"elapsed", time.Since(begin).Round(time.Millisecond))
 
 	go func() {
 		var err error
 		select {
-		case err = <-apiDone:
-			// The apiserver stopped by itself or because ctx ended.
-			if err != nil {
+		case <-ctx.Done():
+			// Shutdown asked for: the errors of closing listeners and
+			// connections are noise, so stop forwarding them.
+			gate.stopping()
+			if err = <-apiDone; err != nil {
 				err = fmt.Errorf("kube-apiserver: %w", err)
 			}
+		case err = <-apiDone:
+			if err == nil {
+				err = errors.New("kube-apiserver stopped unexpectedly (see apiserver.log)")
+			}
+			err = fmt.Errorf("kube-apiserver: %w", err)
 		case err = <-etcd.Err():
 			err = fmt.Errorf("etcd: %w", err)
 			stopAPI()
 			<-apiDone
 		}
 		stopAPI()
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("kube-apiserver stopped unexpectedly (see apiserver.log)")
-		}
 		etcd.Close()
 		closeLogs()
 		c.err = err

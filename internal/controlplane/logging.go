@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"sync"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -113,3 +114,94 @@ func (c *slogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
 }
 
 func (c *slogCore) Sync() error { return nil }
+
+// errGate decides what happens to the errors forwarded to the operator's
+// logger. kube-apiserver and etcd log a handful of harmless errors on every
+// start (an empty metrics manifest, "kube-system not found" before the
+// bootstrap controller made it) and at shutdown (closed listeners). So:
+// while starting, errors are held back (the last maxHeld), and shown only if
+// the start fails; while serving they are forwarded as they come; once
+// stopping they stay in the files only.
+type errGate struct {
+	mu    sync.Mutex
+	state gateState
+	held  []heldRecord
+}
+
+type gateState int
+
+const (
+	gateStarting gateState = iota
+	gateServing
+	gateStopping
+)
+
+const maxHeld = 50
+
+type heldRecord struct {
+	h slog.Handler
+	r slog.Record
+}
+
+// serving drops what was held back and forwards from now on.
+func (g *errGate) serving() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state, g.held = gateServing, nil
+}
+
+// failed forwards what was held back, for a start that failed.
+func (g *errGate) failed() {
+	g.mu.Lock()
+	held := g.held
+	g.state, g.held = gateStopping, nil
+	g.mu.Unlock()
+	for _, h := range held {
+		_ = h.h.Handle(context.Background(), h.r)
+	}
+}
+
+// stopping stops forwarding.
+func (g *errGate) stopping() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state, g.held = gateStopping, nil
+}
+
+// handler wraps h so that records pass through the gate.
+func (g *errGate) handler(h slog.Handler) slog.Handler { return gatedHandler{h: h, g: g} }
+
+type gatedHandler struct {
+	h slog.Handler
+	g *errGate
+}
+
+var _ slog.Handler = gatedHandler{}
+
+func (h gatedHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.h.Enabled(ctx, l) }
+
+func (h gatedHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.g.mu.Lock()
+	switch h.g.state {
+	case gateStarting:
+		if len(h.g.held) == maxHeld {
+			h.g.held = h.g.held[1:]
+		}
+		h.g.held = append(h.g.held, heldRecord{h: h.h, r: r.Clone()})
+		h.g.mu.Unlock()
+		return nil
+	case gateStopping:
+		h.g.mu.Unlock()
+		return nil
+	}
+	h.g.mu.Unlock()
+	return h.h.Handle(ctx, r)
+}
+
+func (h gatedHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return gatedHandler{h: h.h.WithAttrs(as), g: h.g}
+}
+
+func (h gatedHandler) WithGroup(name string) slog.Handler {
+	return gatedHandler{h: h.h.WithGroup(name), g: h.g}
+}

@@ -54,3 +54,36 @@ func TestEtcdLoggerForwardsOnlyErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestErrGate(t *testing.T) {
+	var out bytes.Buffer
+	g := &errGate{}
+	log := slog.New(g.handler(slog.NewTextHandler(&out, nil)))
+
+	log.Error("noise while starting")
+	if out.Len() != 0 {
+		t.Fatalf("while starting: forwarded %q, want it held back", out.String())
+	}
+	g.serving()
+	log.Error("real problem")
+	g.stopping()
+	log.Error("closed listener")
+	got := out.String()
+	if strings.Contains(got, "noise while starting") || strings.Contains(got, "closed listener") || !strings.Contains(got, "real problem") {
+		t.Errorf("forwarded %q, want only the error logged while serving", got)
+	}
+
+	out.Reset()
+	g = &errGate{}
+	log = slog.New(g.handler(slog.NewTextHandler(&out, nil)))
+	for i := 0; i < maxHeld+5; i++ {
+		log.Error("start error", "i", i)
+	}
+	g.failed()
+	if n := strings.Count(out.String(), "start error"); n != maxHeld {
+		t.Errorf("after a failed start: forwarded %d held errors, want the last %d", n, maxHeld)
+	}
+	if strings.Contains(out.String(), "i=0 ") || !strings.Contains(out.String(), "i=54") {
+		t.Errorf("after a failed start: forwarded %q, want the newest errors", out.String())
+	}
+}
