@@ -1,0 +1,87 @@
+// Package cmd is drover-agent's command line. It uses the standard flag
+// package: the agent binary stays small and free of k8s.io.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/drover-fleet/drover/internal/agent"
+)
+
+// Version is set at build time: -ldflags "-X github.com/drover-fleet/drover/internal/agent/cmd.Version=v1.2.3".
+var Version = "dev"
+
+// Main parses args, runs the agent and returns the exit code.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
+	var (
+		o         agent.Options
+		hubs      string
+		labels    string
+		logLevel  string
+		heartbeat time.Duration
+		version   bool
+	)
+	host, _ := os.Hostname()
+	fs.StringVar(&o.Node, "node", strings.ToLower(host), "this machine's node name")
+	fs.StringVar(&hubs, "hub", "127.0.0.1:7443", "hub addresses host:port, comma-separated; tried in turn")
+	fs.StringVar(&o.BootstrapToken, "token", os.Getenv("DROVER_TOKEN"), "bootstrap token (only needed to register; or $DROVER_TOKEN)")
+	fs.StringVar(&o.CAFile, "ca-file", "", "Drover's CA certificate, to trust the hub when registering (`drover ca`)")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/drover-agent", "directory for the agent's database")
+	fs.StringVar(&labels, "labels", "", "labels to report, k=v,k2=v2")
+	fs.DurationVar(&heartbeat, "heartbeat-interval", 0, "override the hub's heartbeat interval")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if version {
+		fmt.Println(Version)
+		return 0
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "drover-agent: --log-level %q: want debug, info, warn or error\n", logLevel)
+		return 2
+	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	o.Version = Version
+	o.HeartbeatInterval = heartbeat
+	for h := range strings.SplitSeq(hubs, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			o.Hubs = append(o.Hubs, h)
+		}
+	}
+	if labels != "" {
+		o.Labels = map[string]string{}
+		for kv := range strings.SplitSeq(labels, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				fmt.Fprintf(os.Stderr, "drover-agent: --labels %q: want k=v pairs separated by commas\n", kv)
+				return 2
+			}
+			o.Labels[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := agent.Run(ctx, o); err != nil {
+		var fatal *agent.FatalError
+		if errors.As(err, &fatal) {
+			fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
+			return 3
+		}
+		fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+)
+
+func newApproveCommand(g *globalOptions) *cobra.Command {
+	var allPending bool
+	cmd := &cobra.Command{
+		Use:   "approve NODE...",
+		Short: "Approve registered nodes so they get a certificate and work",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 && !allPending {
+				return errors.New("name at least one node, or pass --all-pending")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if allPending {
+				var list fleetv1.FleetNodeList
+				if err := c.List(cmd.Context(), &list); err != nil {
+					return fmt.Errorf("list nodes: %w", err)
+				}
+				for _, n := range list.Items {
+					if !n.Spec.Approved && !n.Spec.Revoked {
+						args = append(args, n.Name)
+					}
+				}
+			}
+			return setSpec(cmd.Context(), c, args, func(n *fleetv1.FleetNode) { n.Spec.Approved = true }, "approved", cmd)
+		},
+	}
+	cmd.Flags().BoolVar(&allPending, "all-pending", false, "approve every node waiting for approval")
+	return cmd
+}
+
+func newRevokeCommand(g *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke NODE...",
+		Short: "Revoke nodes: hubs close their streams and refuse them",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return setSpec(cmd.Context(), c, args, func(n *fleetv1.FleetNode) { n.Spec.Revoked = true }, "revoked", cmd)
+		},
+	}
+}
+
+func setSpec(ctx context.Context, c client.Client, names []string, mutate func(*fleetv1.FleetNode), verb string, cmd *cobra.Command) error {
+	var errs []error
+	for _, name := range names {
+		var n fleetv1.FleetNode
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			if apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("node %s not found: it registers when its agent first contacts a hub", name))
+				continue
+			}
+			errs = append(errs, fmt.Errorf("get node %s: %w", name, err))
+			continue
+		}
+		before := n.DeepCopy()
+		mutate(&n)
+		if err := c.Patch(ctx, &n, client.MergeFrom(before)); err != nil {
+			errs = append(errs, fmt.Errorf("update node %s: %w", name, err))
+			continue
+		}
+		cmd.Printf("fleetnode/%s %s\n", name, verb)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"github.com/spf13/pflag"
+
+	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/manager"
+)
+
+// componentOptions are the flags of the parts `drover server`, `drover
+// manager` and `drover hub` run.
+type componentOptions struct {
+	namespace        string
+	metricsAddr      string
+	hubName          string
+	hubListen        string
+	hubHosts         []string
+	heartbeat        time.Duration
+	offlineTimeout   time.Duration
+	heartbeatRefresh time.Duration
+	leaderElect      bool
+}
+
+func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.namespace, "namespace", "drover-system", "namespace for Drover's CA, bootstrap tokens and hub Leases")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus /metrics address; 0 disables")
+	fs.DurationVar(&c.offlineTimeout, "offline-timeout", 5*time.Minute, "a node silent this long is Offline")
+}
+
+func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.hubName, "hub-name", "", "hub name in FleetNode status and its Lease (default: host name)")
+	fs.StringVar(&c.hubListen, "hub-listen", "127.0.0.1:7443", "address agents connect to")
+	fs.StringSliceVar(&c.hubHosts, "hub-hosts", nil, "names and IPs for the hub's serving certificate (default: 127.0.0.1, localhost, host name)")
+	fs.DurationVar(&c.heartbeat, "heartbeat-interval", 30*time.Second, "heartbeat interval agents are told to use")
+	fs.DurationVar(&c.heartbeatRefresh, "heartbeat-refresh", 10*time.Minute, "how often a live node's coarse lastHeartbeatTime is written")
+}
+
+func (c *componentOptions) validate(withHub bool) error {
+	if withHub && c.offlineTimeout <= c.heartbeat {
+		return fmt.Errorf("--offline-timeout %v must be longer than --heartbeat-interval %v", c.offlineTimeout, c.heartbeat)
+	}
+	if withHub {
+		if _, _, err := net.SplitHostPort(c.hubListen); err != nil {
+			return fmt.Errorf("--hub-listen %q: %w", c.hubListen, err)
+		}
+	}
+	return nil
+}
+
+// running is what runComponents started.
+type running struct {
+	mgr ctrl.Manager
+	hub *hub.Hub
+}
+
+// newComponents builds a controller-runtime manager holding the manager's
+// controllers and/or a hub. Start it with mgr.Start(ctx).
+func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bool, log *slog.Logger) (*running, error) {
+	metricsAddr := c.metricsAddr
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  manager.Scheme(),
+		Metrics: metricsserver.Options{BindAddress: metricsAddr},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only Drover's own Secrets and Leases are ever read.
+			&corev1.Secret{}:          {Namespaces: map[string]cache.Config{c.namespace: {}}},
+			&coordinationv1.Lease{}:   {Namespaces: map[string]cache.Config{c.namespace: {}}},
+		}},
+		HealthProbeBindAddress:  "0",
+		LeaderElection:          withManager && c.leaderElect,
+		LeaderElectionID:        "drover-manager",
+		LeaderElectionNamespace: c.namespace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	r := &running{mgr: mgr}
+	if withManager {
+		if err := manager.Setup(mgr, manager.Options{Namespace: c.namespace, OfflineTimeout: c.offlineTimeout}); err != nil {
+			return nil, err
+		}
+	}
+	if withHub {
+		h, err := hub.New(hub.Options{
+			Name:              c.hubName,
+			Client:            mgr.GetClient(),
+			APIReader:         mgr.GetAPIReader(),
+			Namespace:         c.namespace,
+			ListenAddress:     c.hubListen,
+			ServingHosts:      c.hubHosts,
+			HeartbeatInterval: c.heartbeat,
+			OfflineTimeout:    c.offlineTimeout,
+			HeartbeatRefresh:  c.heartbeatRefresh,
+			Logger:            log.With("component", "hub"),
+			Registerer:        metrics.Registry,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(h); err != nil {
+			return nil, err
+		}
+		r.hub = h
+	}
+	return r, nil
+}
+
+// hubAddress waits for the hub to listen and returns host:port.
+func (r *running) hubAddress(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	a, err := r.hub.Addr(ctx)
+	if err != nil {
+		return "", fmt.Errorf("hub did not start listening: %w", err)
+	}
+	host, port, _ := net.SplitHostPort(a.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	p, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(p)), nil
+}

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/drover-fleet/drover/config/crd"
+	"github.com/drover-fleet/drover/internal/controlplane"
+	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/manager"
+)
+
+// serverOptions are `drover server`'s flags.
+type serverOptions struct {
+	g       *globalOptions
+	dataDir string
+	apiPort int
+	comp    componentOptions
+	out     io.Writer
+}
+
+// serverInfo is what a started server tells its caller.
+type serverInfo struct {
+	Kubeconfig string
+	Hub        string
+	CAFile     string
+	Client     client.Client
+	Log        *slog.Logger
+}
+
+func newServerCommand(g *globalOptions) *cobra.Command {
+	o := &serverOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run Drover on this machine: etcd, kube-apiserver, CRDs, manager and a hub",
+		Long: `Run everything Drover needs on one machine: an embedded etcd and kube-apiserver,
+Drover's CRDs, the manager and one hub. State lives under --data-dir and
+survives restarts. An admin kubeconfig is written to <data-dir>/kubeconfig and
+Drover's CA (for agents' --ca-file) to <data-dir>/ca.crt.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.out = cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.Run(ctx, nil)
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+func (o *serverOptions) addFlags(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&o.dataDir, "data-dir", defaultDataDir, "directory for etcd data, certificates, kubeconfig and logs")
+	fs.IntVar(&o.apiPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one; the kubeconfig always has it)")
+	o.comp.addManagerFlags(fs)
+	o.comp.addHubFlags(fs)
+}
+
+// Validate checks the flags.
+func (o *serverOptions) Validate() error {
+	if o.dataDir == "" {
+		return errors.New("--data-dir must not be empty")
+	}
+	return o.comp.validate(true)
+}
+
+// Run runs the server until ctx ends. ready, if set, runs once everything
+// is up, while the server keeps running.
+func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, serverInfo) error) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	log, err := o.g.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	log.Info("starting control plane", "dataDir", o.dataDir)
+	cp, err := controlplane.Start(ctx, controlplane.Options{DataDir: o.dataDir, APIServerPort: o.apiPort, Logger: log.With("component", "controlplane")})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cp.Wait(); err != nil && ctx.Err() == nil {
+			log.Error("control plane stopped", "err", err)
+		}
+	}()
+	cfg := cp.RESTConfig()
+	manifests, err := crd.Manifests()
+	if err != nil {
+		return err
+	}
+	if err := controlplane.InstallCRDs(ctx, cfg, manifests); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		return err
+	}
+	if err := hub.EnsureNamespace(ctx, c, o.comp.namespace); err != nil {
+		return err
+	}
+	ca, err := hub.EnsureCA(ctx, c, o.comp.namespace, time.Now())
+	if err != nil {
+		return err
+	}
+	caFile := filepath.Join(o.dataDir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", caFile, err)
+	}
+	r, err := newComponents(cfg, o.comp, true, true, log)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.mgr.Start(ctx) })
+	hubAddr, err := r.hubAddress(ctx)
+	if err != nil {
+		_ = g.Wait()
+		return err
+	}
+	kubeconfig, _ := filepath.Abs(cp.KubeconfigPath())
+	caAbs, _ := filepath.Abs(caFile)
+	fmt.Fprintf(o.out, "Drover is up (%.1fs).\n  kubeconfig: %s\n  hub:        %s\n  agent CA:   %s\n  try:        kubectl --kubeconfig %s get fleetnodes\n",
+		time.Since(began).Seconds(), kubeconfig, hubAddr, caAbs, kubeconfig)
+	// One machine-readable line for scripts and tests.
+	fmt.Fprintf(o.out, "ready kubeconfig=%s hub=%s ca=%s\n", kubeconfig, hubAddr, caAbs)
+	if ready != nil {
+		g.Go(func() error {
+			return ready(ctx, serverInfo{Kubeconfig: kubeconfig, Hub: hubAddr, CAFile: caAbs, Client: c, Log: log})
+		})
+	}
+	err = g.Wait()
+	log.Info("drover server stopped")
+	return err
+}

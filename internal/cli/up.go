@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-fleet/drover/internal/bootstrap"
+)
+
+// upOptions are `drover up`'s flags: a server plus local agents.
+type upOptions struct {
+	server      serverOptions
+	agents      int
+	agentBinary string
+	namePrefix  string
+}
+
+func newUpCommand(g *globalOptions) *cobra.Command {
+	o := &upOptions{server: serverOptions{g: g}}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run `drover server` plus N local agents: a working fleet in one command",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.server.out = cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.Run(ctx)
+		},
+	}
+	o.server.addFlags(cmd)
+	cmd.Flags().IntVar(&o.agents, "agents", 3, "how many local drover-agent processes to start")
+	cmd.Flags().StringVar(&o.agentBinary, "agent-binary", "", "drover-agent binary (default: next to drover, on $PATH, or built from this checkout)")
+	cmd.Flags().StringVar(&o.namePrefix, "node-prefix", "node", "agents are named <prefix>-1 … <prefix>-N")
+	return cmd
+}
+
+// Validate checks the flags.
+func (o *upOptions) Validate() error {
+	if o.agents < 0 || o.agents > 500 {
+		return fmt.Errorf("--agents %d: want 0 to 500 local agents", o.agents)
+	}
+	return o.server.Validate()
+}
+
+// Run starts the server and, once it is up, the agents.
+func (o *upOptions) Run(ctx context.Context) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	return o.server.Run(ctx, func(ctx context.Context, info serverInfo) error {
+		if o.agents == 0 {
+			return nil
+		}
+		bin, err := o.findAgentBinary(ctx)
+		if err != nil {
+			return err
+		}
+		tok, err := bootstrap.Generate()
+		if err != nil {
+			return err
+		}
+		tok.AutoApprove, tok.Description = true, "drover up: local agents"
+		exp := time.Now().Add(time.Hour)
+		tok.Expires = &exp
+		if err := bootstrap.Create(ctx, info.Client, o.server.comp.namespace, tok); err != nil {
+			return err
+		}
+		for i := 1; i <= o.agents; i++ {
+			name := o.namePrefix + "-" + strconv.Itoa(i)
+			dir, _ := filepath.Abs(filepath.Join(o.server.dataDir, "agents", name))
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			if err != nil {
+				return err
+			}
+			cmd := exec.Command(bin, "--node", name, "--hub", info.Hub, "--token", tok.String(), "--ca-file", info.CAFile,
+				"--state-dir", dir, "--labels", "drover.io/local=true")
+			cmd.Stdout, cmd.Stderr = logf, logf
+			if err := cmd.Start(); err != nil {
+				logf.Close()
+				return fmt.Errorf("start agent %s: %w", name, err)
+			}
+			go superviseAgent(ctx, cmd, logf, name, info)
+		}
+		fmt.Fprintf(o.server.out, "Started %d local agents (logs under %s). Watch them: kubectl --kubeconfig %s get fleetnodes -w\n",
+			o.agents, filepath.Join(o.server.dataDir, "agents"), info.Kubeconfig)
+		return nil
+	})
+}
+
+// superviseAgent stops an agent process when ctx ends (SIGTERM, then SIGKILL
+// after 10s) and reports an early exit.
+func superviseAgent(ctx context.Context, cmd *exec.Cmd, logf *os.File, name string, info serverInfo) {
+	defer logf.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		info.Log.Error("agent exited", "node", name, "err", err, "log", logf.Name())
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// findAgentBinary looks next to drover, then on $PATH, then builds it from
+// the source checkout in the working directory (the `go run` quick start).
+func (o *upOptions) findAgentBinary(ctx context.Context) (string, error) {
+	if o.agentBinary != "" {
+		return o.agentBinary, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "drover-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("drover-agent"); err == nil {
+		return p, nil
+	}
+	if _, err := os.Stat(filepath.Join("cmd", "drover-agent", "main.go")); err != nil {
+		return "", errors.New("no drover-agent binary found: pass --agent-binary, put it next to drover or on $PATH, or run from the source checkout")
+	}
+	out, _ := filepath.Abs(filepath.Join(o.server.dataDir, "bin", "drover-agent"))
+	build := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/drover-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build drover-agent: %w\n%s", err, b)
+	}
+	return out, nil
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+)
+
+// TestFleet shares one `drover server` between user stories, each with its
+// own nodes.
+func TestFleet(t *testing.T) {
+	c := startCluster(t)
+
+	t.Run("a node registers, waits for approval, and is Online once approved", func(t *testing.T) {
+		tok := c.token(t, false, time.Hour)
+		a := c.startAgent(t, "edge-approve", t.TempDir(), "--hub", c.hub, "--token", tok, "--labels", "site=berlin")
+		n := c.waitPhase(t, "edge-approve", fleetv1.FleetNodePending, defaultTimeout)
+		if n.Spec.Approved {
+			t.Fatal("node approved without `drover approve` or an auto-approve token")
+		}
+		if c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ApprovedCondition); c == nil || c.Reason != fleetv1.ReasonAwaitingApproval {
+			t.Errorf("Approved condition = %+v, want reason %s", c, fleetv1.ReasonAwaitingApproval)
+		}
+		a.waitLine(t, regexp.MustCompile(`waiting for approval`), defaultTimeout)
+
+		out, err := c.cli(t, "approve", "edge-approve")
+		if err != nil || !strings.Contains(out, "fleetnode/edge-approve approved") {
+			t.Fatalf("drover approve edge-approve = %q, %v", out, err)
+		}
+		n = c.waitPhase(t, "edge-approve", fleetv1.FleetNodeOnline, defaultTimeout)
+		if n.Status.Hub != "hub-main" || n.Status.AgentVersion != "v0.0.1-e2e" || n.Labels["site"] != "berlin" {
+			t.Errorf("online node: hub=%q version=%q labels=%v, want hub-main, v0.0.1-e2e, site=berlin", n.Status.Hub, n.Status.AgentVersion, n.Labels)
+		}
+		if n.Status.CertificateExpiry == nil || n.Status.Capacity.Cpu().IsZero() {
+			t.Errorf("online node lacks certificate expiry or cpu capacity: %+v", n.Status)
+		}
+		out, err = c.cli(t, "get", "nodes")
+		if err != nil || !regexp.MustCompile(`edge-approve\s+Online\s+true\s+hub-main\s+v0.0.1-e2e`).MatchString(out) {
+			t.Errorf("drover get nodes = %q, %v; want a row for edge-approve Online", out, err)
+		}
+	})
+
+	t.Run("bad, unknown and expired tokens are refused with a clear error", func(t *testing.T) {
+		good := c.token(t, true, time.Hour)
+		expired := c.token(t, true, time.Second)
+		time.Sleep(1100 * time.Millisecond) // let it expire
+		id, _, _ := strings.Cut(good, ".")
+		tests := []struct {
+			name, token, want string
+		}{
+			{"malformed", "not-a-token", "malformed"},
+			{"unknown id", "zzzzzz.0123456789abcdef", "unknown"},
+			{"wrong secret", id + ".0000000000000000", "does not match"},
+			{"expired", expired, "expired"},
+		}
+		for i, tt := range tests {
+			node := fmt.Sprintf("edge-badtoken-%d", i)
+			a := c.startAgent(t, node, t.TempDir(), "--hub", c.hub, "--token", tt.token)
+			if code := a.exited(t, defaultTimeout); code != 3 {
+				t.Errorf("%s: agent exit code = %d, want 3 (fatal); output:\n%s", tt.name, code, tail(a.Output(), 10))
+			}
+			if !strings.Contains(a.Output(), tt.want) {
+				t.Errorf("%s: agent output does not say %q:\n%s", tt.name, tt.want, tail(a.Output(), 10))
+			}
+			if _, ok := c.node(t, node); ok {
+				t.Errorf("%s: a FleetNode was created for a refused registration", tt.name)
+			}
+		}
+	})
+
+	t.Run("a silent node goes Offline after the configured timeout", func(t *testing.T) {
+		a := c.startAgent(t, "edge-offline", t.TempDir(), "--hub", c.hub, "--token", c.token(t, true, time.Hour))
+		c.waitPhase(t, "edge-offline", fleetv1.FleetNodeOnline, defaultTimeout)
+		killed := time.Now()
+		a.stop(syscall.SIGKILL)
+		n := c.waitPhase(t, "edge-offline", fleetv1.FleetNodeOffline, offlineTimeout+defaultTimeout)
+		if took := time.Since(killed); took < offlineTimeout {
+			t.Errorf("node went Offline %v after the kill, before the %v timeout", took, offlineTimeout)
+		}
+		if r := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition); r == nil || r.Reason != fleetv1.ReasonHeartbeatTimeout {
+			t.Errorf("Ready condition = %+v, want reason %s", r, fleetv1.ReasonHeartbeatTimeout)
+		}
+	})
+
+	t.Run("an agent restart keeps its identity and revisions", func(t *testing.T) {
+		dir := t.TempDir()
+		a := c.startAgent(t, "edge-restart", dir, "--hub", c.hub, "--token", c.token(t, true, time.Hour))
+		n := c.waitPhase(t, "edge-restart", fleetv1.FleetNodeOnline, defaultTimeout)
+		eventually(t, defaultTimeout, func() string {
+			n, _ = c.node(t, "edge-restart")
+			if n.Status.AgentRevision < 1 {
+				return fmt.Sprintf("agentRevision = %d, want ≥ 1", n.Status.AgentRevision)
+			}
+			return ""
+		})
+		before := n.Status.AgentRevision
+		a.stop(syscall.SIGTERM)
+		// No token this time: a node that lost its identity could not come back.
+		b := c.startAgent(t, "edge-restart", dir, "--hub", c.hub)
+		b.waitLine(t, regexp.MustCompile(`resuming with saved identity`), defaultTimeout)
+		eventually(t, defaultTimeout, func() string {
+			n, _ = c.node(t, "edge-restart")
+			if n.Status.Phase != fleetv1.FleetNodeOnline || n.Status.AgentRevision <= before {
+				return fmt.Sprintf("phase %s agentRevision %d, want Online and > %d", n.Status.Phase, n.Status.AgentRevision, before)
+			}
+			return ""
+		})
+	})
+
+	t.Run("an agent moves to another hub when its hub is killed, without going Offline", func(t *testing.T) {
+		hubs := make([]string, 2)
+		procs := make([]*proc, 2)
+		for i, name := range []string{"hub-a", "hub-b"} {
+			procs[i] = start(t, name, c.drover, "hub", "--kubeconfig", c.kubeconfig, "--hub-name", name,
+				"--hub-listen", "127.0.0.1:0", "--metrics-bind-address", "0",
+				"--heartbeat-interval", heartbeatInterval.String(), "--offline-timeout", offlineTimeout.String())
+			hubs[i] = procs[i].waitLine(t, regexp.MustCompile(`^ready hub=(\S+)$`), defaultTimeout)[1]
+		}
+		a := c.startAgent(t, "edge-move", t.TempDir(), "--hub", hubs[0]+","+hubs[1], "--token", c.token(t, true, time.Hour))
+		n := c.waitPhase(t, "edge-move", fleetv1.FleetNodeOnline, defaultTimeout)
+		if n.Status.Hub != "hub-a" {
+			t.Fatalf("node connected to %q, want hub-a (first in --hub)", n.Status.Hub)
+		}
+		uid := n.UID
+
+		// Watch every phase the node shows from here on.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		phases := make(chan fleetv1.FleetNodePhase, 1024)
+		go func() {
+			defer close(phases)
+			for ctx.Err() == nil {
+				var m fleetv1.FleetNode
+				if err := c.client.Get(ctx, client.ObjectKey{Name: "edge-move"}, &m); err == nil {
+					phases <- m.Status.Phase
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+
+		procs[0].stop(syscall.SIGKILL)
+		eventually(t, defaultTimeout, func() string {
+			n, _ = c.node(t, "edge-move")
+			if n.Status.Hub != "hub-b" {
+				return fmt.Sprintf("node hub = %q, want hub-b", n.Status.Hub)
+			}
+			return ""
+		})
+		// Stay past the offline timeout: hub-a's death must not surface.
+		time.Sleep(offlineTimeout + 2*time.Second)
+		cancel()
+		seen := map[fleetv1.FleetNodePhase]int{}
+		for p := range phases {
+			seen[p]++
+		}
+		if seen[fleetv1.FleetNodeOffline] > 0 || seen[fleetv1.FleetNodeOnline] == 0 {
+			t.Errorf("phases seen while moving hubs = %v, want Online only", seen)
+		}
+		n, _ = c.node(t, "edge-move")
+		if r := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition); r == nil || r.Reason != fleetv1.ReasonMovedHub {
+			t.Errorf("Ready condition = %+v, want reason %s", r, fleetv1.ReasonMovedHub)
+		}
+		if n.UID != uid {
+			t.Error("the FleetNode was re-created: the agent registered again instead of resuming")
+		}
+		if strings.Count(a.Output(), "registered; certificate saved") != 1 {
+			t.Errorf("agent registered %d times, want once", strings.Count(a.Output(), "registered; certificate saved"))
+		}
+	})
+
+	t.Run("a revoked node is disconnected and refused", func(t *testing.T) {
+		dir := t.TempDir()
+		a := c.startAgent(t, "edge-revoke", dir, "--hub", c.hub, "--token", c.token(t, true, time.Hour))
+		c.waitPhase(t, "edge-revoke", fleetv1.FleetNodeOnline, defaultTimeout)
+		if out, err := c.cli(t, "revoke", "edge-revoke"); err != nil {
+			t.Fatalf("drover revoke = %q, %v", out, err)
+		}
+		if code := a.exited(t, defaultTimeout); code != 3 {
+			t.Errorf("revoked agent exit code = %d, want 3", code)
+		}
+		if !strings.Contains(a.Output(), "revoked") {
+			t.Errorf("revoked agent does not say why:\n%s", tail(a.Output(), 10))
+		}
+		c.waitPhase(t, "edge-revoke", fleetv1.FleetNodeRevoked, defaultTimeout)
+		b := c.startAgent(t, "edge-revoke", dir, "--hub", c.hub)
+		if code := b.exited(t, defaultTimeout); code != 3 || !strings.Contains(b.Output(), "revoked") {
+			t.Errorf("restarted revoked agent: exit %d, output:\n%s", code, tail(b.Output(), 10))
+		}
+		_ = filepath.Join
+	})
+}
