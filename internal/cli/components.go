@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -16,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"github.com/spf13/pflag"
 
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/manager"
@@ -77,8 +77,8 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		Metrics: metricsserver.Options{BindAddress: metricsAddr},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only Drover's own Secrets and Leases are ever read.
-			&corev1.Secret{}:          {Namespaces: map[string]cache.Config{c.namespace: {}}},
-			&coordinationv1.Lease{}:   {Namespaces: map[string]cache.Config{c.namespace: {}}},
+			&corev1.Secret{}:        {Namespaces: map[string]cache.Config{c.namespace: {}}},
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{c.namespace: {}}},
 		}},
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          withManager && c.leaderElect,

@@ -253,4 +253,3 @@ func (c *cluster) waitPhase(t testing.TB, node string, want fleetv1.FleetNodePha
 	})
 	return n
 }
-
