@@ -4,3 +4,5 @@
 // Offline for nodes whose hub died without another hub taking them over
 // (the hub's Lease lapsed for longer than the offline timeout).
 package fleetnode
+
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.ctrlkit.go fleetnode.ctrlkit
