@@ -57,6 +57,7 @@ func NewRootCommand() *cobra.Command {
 		newTokenCommand(g),
 		newCACommand(g),
 		newControlPlaneCommand(),
+		newCtrlKitCommand(),
 	)
 	return root
 }
