@@ -41,7 +41,7 @@ const (
 
 // counters are the process's totals, printed on each stat line.
 type counters struct {
-	registered, connected, regErrors, streamErrors       atomic.Int64
+	registered, connected, regErrors, streamErrors        atomic.Int64
 	heartbeats, hbErrors, hbSkipped, acks, configMismatch atomic.Int64
 	hbLatSum, hbLatMax, hbLatN                            atomic.Int64 // since the last stat line
 }
