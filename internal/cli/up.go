@@ -9,11 +9,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/bootstrap"
 )
 
@@ -76,8 +79,10 @@ func (o *upOptions) Run(ctx context.Context) error {
 		if err := bootstrap.Create(ctx, info.Client, o.server.comp.namespace, tok); err != nil {
 			return err
 		}
+		names := make([]string, 0, o.agents)
 		for i := 1; i <= o.agents; i++ {
 			name := o.namePrefix + "-" + strconv.Itoa(i)
+			names = append(names, name)
 			dir, _ := filepath.Abs(filepath.Join(o.server.dataDir, "agents", name))
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
@@ -95,10 +100,50 @@ func (o *upOptions) Run(ctx context.Context) error {
 			}
 			go superviseAgent(ctx, cmd, logf, name, info)
 		}
-		fmt.Fprintf(o.server.out, "Started %d local agents (logs under %s). Watch them: kubectl --kubeconfig %s get fleetnodes -w\n",
-			o.agents, filepath.Join(o.server.dataDir, "agents"), info.Kubeconfig)
+		fmt.Fprintf(o.server.out, "Started %d local agents (logs under %s).\n", o.agents, filepath.Join(o.server.dataDir, "agents"))
+		o.waitOnline(ctx, info, names)
 		return nil
 	})
+}
+
+// upOnlineTimeout bounds how long `drover up` waits to report its agents
+// Online; the fleet keeps running either way.
+const upOnlineTimeout = 2 * time.Minute
+
+// waitOnline reports progress until every local agent is Online, or says
+// which are not and where their logs are.
+func (o *upOptions) waitOnline(ctx context.Context, info serverInfo, names []string) {
+	ctx, cancel := context.WithTimeout(ctx, upOnlineTimeout)
+	defer cancel()
+	last := -1
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var missing []string
+		for _, name := range names {
+			var n fleetv1.FleetNode
+			if err := info.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil || n.Status.Phase != fleetv1.FleetNodeOnline {
+				missing = append(missing, name)
+			}
+		}
+		if online := len(names) - len(missing); online != last {
+			fmt.Fprintf(o.server.out, "%d/%d agents Online\n", online, len(names))
+			last = online
+		}
+		if len(missing) == 0 {
+			fmt.Fprintf(o.server.out, "Watch them: kubectl --kubeconfig %s get fleetnodes -w\n", info.Kubeconfig)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fmt.Fprintf(o.server.out, "not Online after %v: %s; see %s\n", upOnlineTimeout, strings.Join(missing, ", "),
+					filepath.Join(o.server.dataDir, "agents", missing[0], "agent.log"))
+			}
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // superviseAgent stops an agent process when ctx ends (SIGTERM, then SIGKILL
@@ -140,6 +185,7 @@ func (o *upOptions) findAgentBinary(ctx context.Context) (string, error) {
 		return "", errors.New("no drover-agent binary found: pass --agent-binary, put it next to drover or on $PATH, or run from the source checkout")
 	}
 	out, _ := filepath.Abs(filepath.Join(o.server.dataDir, "bin", "drover-agent"))
+	fmt.Fprintf(o.server.out, "Building drover-agent into %s ...\n", out)
 	build := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/drover-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {

@@ -29,7 +29,9 @@ import (
 const (
 	startTimeout   = 4 * time.Minute // cold start of the apiserver on a loaded 2-core machine
 	defaultTimeout = 45 * time.Second
-	pollInterval   = 100 * time.Millisecond
+	// shutdownTimeout bounds a clean stop after SIGTERM.
+	shutdownTimeout = 30 * time.Second
+	pollInterval    = 100 * time.Millisecond
 	// Short liveness settings so that Offline is observable in seconds.
 	heartbeatInterval = time.Second
 	offlineTimeout    = 5 * time.Second
@@ -164,6 +166,13 @@ func startCluster(t *testing.T) *cluster {
 		"--heartbeat-interval", heartbeatInterval.String(), "--offline-timeout", offlineTimeout.String())
 	m := c.server.waitLine(t, readyRE, startTimeout)
 	c.kubeconfig, c.hub, c.ca = m[1], m[2], m[3]
+	c.connect(t)
+	return c
+}
+
+// connect (re)creates the API client from c.kubeconfig.
+func (c *cluster) connect(t testing.TB) {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +181,6 @@ func startCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
 }
 
 // token creates a bootstrap token.
