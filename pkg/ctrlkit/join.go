@@ -108,6 +108,8 @@ func runJoin(ctx context.Context, children []Action) (reconcile.Result, error) {
 
 // runRecover runs a, turning a panic into a *PanicError so that a join can
 // finish its other children before re-raising it.
+//
+//lint:ignore ST1008 the panic comes after the error: it is the rarer outcome.
 func runRecover(ctx context.Context, a Action) (res reconcile.Result, err error, p *PanicError) {
 	defer func() {
 		if v := recover(); v != nil {
