@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
@@ -115,6 +117,12 @@ type Agent struct {
 	heartbeat time.Duration
 	hub       string
 
+	// reportMu makes taking an agent revision and queuing the report that
+	// carries it one step, so the outbox is in revision order (the hub
+	// drops a report older than one it applied) and a NodeState includes
+	// every work change reported at a lower revision.
+	reportMu sync.Mutex
+
 	kick chan struct{} // wakes the outbox flusher
 	work chan string   // uids to run
 }
@@ -150,7 +158,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err := a.recoverWork(ctx); err != nil {
 		return err
 	}
-	return a.connectLoop(ctx, id)
+	// Work runs beside the connection, not inside it: a stream that breaks
+	// (hub restart, network blip) must neither interrupt a running item nor
+	// leave it Running for ever; its status waits in the outbox.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.runWork(ctx) })
+	g.Go(func() error { return a.connectLoop(ctx, id) })
+	return g.Wait()
 }
 
 // connectLoop keeps one stream open, moving to the next hub on failure with

@@ -89,7 +89,6 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	})
 	g.Go(func() error { return a.heartbeats(ctx, client) })
 	g.Go(func() error { return a.flushOutbox(ctx, client) })
-	g.Go(func() error { return a.runWork(ctx) })
 	return g.Wait()
 }
 
@@ -205,6 +204,8 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 
 // reportNodeState queues the agent's whole state at a new revision.
 func (a *Agent) reportNodeState(ctx context.Context) error {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
 	ws, err := a.db.ListWork(ctx)
 	if err != nil {
 		return err

@@ -42,8 +42,9 @@ func (a *Agent) schedule(uid string) {
 	}
 }
 
-// runWork runs scheduled items one at a time. Runners that take long start
-// their own supervised processes; this loop only sequences state changes.
+// runWork runs scheduled items one at a time, for the agent's whole life
+// (across streams). Runners that take long start their own supervised
+// processes; this loop only sequences state changes.
 func (a *Agent) runWork(ctx context.Context) error {
 	for {
 		var uid string
@@ -71,17 +72,22 @@ func (a *Agent) runWork(ctx context.Context) error {
 			return err
 		}
 		phase, reason := r.Run(ctx, w)
+		// Record the end even when the agent is stopping: the runner's own
+		// verdict (it may have been interrupted and said so) beats a restart
+		// finding the item Running and calling it Failed.
+		if err := a.finish(context.WithoutCancel(ctx), uid, phase, reason); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return nil
-		}
-		if err := a.finish(ctx, uid, phase, reason); err != nil {
-			return err
 		}
 	}
 }
 
 // finish records an item's end and reports it.
 func (a *Agent) finish(ctx context.Context, uid, phase, reason string) error {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
 	if err := a.db.SetWorkPhase(ctx, uid, phase, reason); err != nil {
 		return err
 	}

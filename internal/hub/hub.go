@@ -53,6 +53,8 @@ type Options struct {
 	CertificateValidity time.Duration
 	// Work supplies the items a node should hold, for full-sync snapshots. Default: none.
 	Work WorkSource
+	// Status receives what agents report about their work. Default: discard.
+	Status StatusSink
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// Logger for operators; nothing is logged per heartbeat at info. Default: discard.
@@ -65,6 +67,27 @@ type Options struct {
 // dispatch work (node jobs, tasks) implement it.
 type WorkSource interface {
 	WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error)
+}
+
+// StatusSink consumes agents' work reports. Components that dispatch work
+// (node jobs, tasks) implement it to follow their items.
+//
+// The hub calls it on the goroutine of the agent's SendMessage call, after
+// the report passed validation and the revision check, and before it answers
+// the agent: a slow sink delays that agent's next report (bounded by the
+// agent's call timeout), never other agents. A sink must not block for long;
+// it should hand work that talks to the API to its own queue.
+//
+// Delivery is at least once: a report the hub applied but whose answer the
+// agent never got is sent again after a reconnect, possibly to another hub.
+// Within one stream a report is delivered once and in revision order.
+type StatusSink interface {
+	// WorkStatus is one change of one work item, e.g. Running -> Succeeded.
+	WorkStatus(ctx context.Context, node string, st *agentv1.WorkStatus)
+	// NodeState is the agent's whole view of its work. It comes on every
+	// connect and after the hub asked for a full sync (a revision gap), and
+	// replaces whatever the sink derived from earlier reports of node.
+	NodeState(ctx context.Context, node string, work []*agentv1.WorkStatus)
 }
 
 func (o *Options) defaults() error {
@@ -117,6 +140,9 @@ func (o *Options) defaults() error {
 	if o.Work == nil {
 		o.Work = noWork{}
 	}
+	if o.Status == nil {
+		o.Status = discardStatus{}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -129,6 +155,11 @@ func (o *Options) defaults() error {
 type noWork struct{}
 
 func (noWork) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
+
+type discardStatus struct{}
+
+func (discardStatus) WorkStatus(context.Context, string, *agentv1.WorkStatus)  {}
+func (discardStatus) NodeState(context.Context, string, []*agentv1.WorkStatus) {}
 
 // Hub serves agents. Create it with New and run it with Start.
 type Hub struct {

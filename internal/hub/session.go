@@ -67,6 +67,13 @@ func (s *session) close(reason string) {
 
 // enqueue queues env for the stream without blocking.
 func (s *session) enqueue(env *agentv1.Envelope) error {
+	// A closed session's queue is never sent; say so rather than let the
+	// select below pick the queue at random.
+	select {
+	case <-s.done:
+		return errors.New("stream closed")
+	default:
+	}
 	select {
 	case s.out <- env:
 		return nil
@@ -75,6 +82,27 @@ func (s *session) enqueue(env *agentv1.Envelope) error {
 	default:
 		s.close("send queue full")
 		return errors.New("send queue full; the agent will resync on reconnect")
+	}
+}
+
+// ack forgets the acked envelope id. An acked snapshot also settles every
+// envelope sent before it: the snapshot carried the node's whole state, and
+// the agent never acks what a gap made it skip.
+func (s *session) ack(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	env, ok := s.pending[id]
+	if !ok {
+		return
+	}
+	delete(s.pending, id)
+	if env.GetKind() != agentv1.Kind_KIND_SNAPSHOT {
+		return
+	}
+	for pid, p := range s.pending {
+		if p.GetRevision() < env.GetRevision() {
+			delete(s.pending, pid)
+		}
 	}
 }
 
@@ -298,9 +326,7 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 	case *agentv1.Envelope_Heartbeat:
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_Ack:
-		s.mu.Lock()
-		delete(s.pending, env.GetAckOf())
-		s.mu.Unlock()
+		s.ack(env.GetAckOf())
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_FullSyncRequest:
 		if err := h.sendSnapshot(ctx, s, p.FullSyncRequest.GetHaveRevision()); err != nil {
@@ -316,6 +342,7 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 			h.metrics.duplicates.Inc()
 			return &agentv1.SendResponse{Duplicate: true}, nil
 		}
+		h.opts.Status.NodeState(ctx, node, p.NodeState.GetWork())
 		rev := int64(env.GetRevision())
 		h.writeStatus(ctx, node, "node-state", func(n *fleetv1.FleetNode) bool {
 			changed := applyInfo(n, p.NodeState.GetInfo())
@@ -332,6 +359,7 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 		switch v {
 		case protocol.Apply:
 			h.log.Debug("work status", "node", node, "uid", p.Status.GetWork().GetUid(), "phase", p.Status.GetWork().GetPhase())
+			h.opts.Status.WorkStatus(ctx, node, p.Status.GetWork())
 			return &agentv1.SendResponse{}, nil
 		case protocol.Gap:
 			return &agentv1.SendResponse{FullSyncRequired: true}, nil

@@ -1,0 +1,324 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/testenv"
+)
+
+// agentOpts are the options of an in-process agent for node with a fresh
+// state dir, registering with h, running "test" items with r.
+func (f *fixture) agentOpts(node string, h *runningHub, r *runner) agent.Options {
+	f.t.Helper()
+	return agent.Options{
+		Node:           node,
+		Hubs:           []string{h.addr},
+		BootstrapToken: f.token(),
+		CAFile:         f.caFile(),
+		StateDir:       f.t.TempDir(),
+		Capacity:       map[string]string{"cpu": "1"},
+		Runners:        map[string]agent.Runner{"test": r},
+	}
+}
+
+func item(uid, typ, spec string) *agentv1.WorkItem {
+	return &agentv1.WorkItem{Uid: uid, Type: typ, Spec: []byte(spec)}
+}
+
+// TestDispatchRunsOnceAndReportsStatus dispatches one item per case to a
+// connected agent and follows it through the Runner back to the StatusSink.
+func TestDispatchRunsOnceAndReportsStatus(t *testing.T) {
+	f := newFixture(t, "hub-dispatch")
+	snk := &sink{}
+	h := f.startHub(Options{Name: "hub-dispatch", Status: snk})
+	r := newRunner()
+	r.phase, r.reason = agent.PhaseSucceeded, "done"
+	const node = "dispatch-node"
+	f.startAgent(f.agentOpts(node, h, r))
+	waitConnected(t, h, node)
+
+	cases := []struct {
+		name       string
+		item       *agentv1.WorkItem
+		wantPhase  string
+		wantReason string // substring
+		wantRuns   int
+	}{
+		{"a registered runner runs it", item("w-test", "test", `{"x":1}`), agent.PhaseSucceeded, "done", 1},
+		{"the built-in noop runner", item("w-noop", "noop", `{}`), agent.PhaseSucceeded, "", 0},
+		{"a type without a runner fails", item("w-none", "no-such-type", `{}`), agent.PhaseFailed, `no runner for work type "no-such-type"`, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := h.Dispatch(node, tc.item); err != nil {
+				t.Fatal(err)
+			}
+			got := snk.waitStatus(t, node, tc.item.GetUid(), tc.wantPhase)
+			if last := got[len(got)-1]; !strings.Contains(last.GetReason(), tc.wantReason) {
+				t.Errorf("reason %q, want it to contain %q", last.GetReason(), tc.wantReason)
+			}
+			waitNoPending(t, h, node)
+			if n := r.count(tc.item.GetUid()); n != tc.wantRuns {
+				t.Errorf("runner ran %s %d times, want %d", tc.item.GetUid(), n, tc.wantRuns)
+			}
+			if tc.wantRuns > 0 {
+				r.mu.Lock()
+				spec := string(r.specs[tc.item.GetUid()])
+				r.mu.Unlock()
+				if spec != string(tc.item.GetSpec()) {
+					t.Errorf("runner got spec %q, want %q", spec, tc.item.GetSpec())
+				}
+			}
+			if len(got) != 1 {
+				t.Errorf("sink got %d statuses for %s, want 1: %v", len(got), tc.item.GetUid(), got)
+			}
+		})
+	}
+	// Connecting reported the agent's state once, through the sink.
+	if n := len(snk.nodeStates(node)); n < 1 {
+		t.Errorf("sink got %d NodeStates, want at least the one sent on connect", n)
+	}
+}
+
+// TestDispatchToADisconnectedNodeFails: the hub says so instead of dropping
+// the item silently.
+func TestDispatchToADisconnectedNodeFails(t *testing.T) {
+	f := newFixture(t, "hub-dispatch-offline")
+	h := f.startHub(Options{Name: "hub-offline"})
+	err := h.Dispatch("never-connected", item("w1", "noop", ""))
+	if err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("Dispatch to a node without a stream: %v, want a 'not connected' error", err)
+	}
+}
+
+// TestWorkSurvivesReconnects breaks the agent's stream while an item is
+// unacked or running and checks that the item still runs exactly once and
+// its status reaches the sink exactly once. The hub's WorkSource lists the
+// item, as a real dispatcher's would, so a new stream's snapshot re-sends it.
+func TestWorkSurvivesReconnects(t *testing.T) {
+	cases := []struct {
+		name string
+		// during breaks the stream after the dispatch; it returns the hub
+		// the agent ends up on.
+		during func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, r *runner, restartHub func() *runningHub) *runningHub
+		// uid's run is held until released; release happens in during or after it.
+		gated bool
+	}{
+		{
+			name:  "hub restarts while the item runs; it finishes after the reconnect",
+			gated: true,
+			during: func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, r *runner, restartHub func() *runningHub) *runningHub {
+				r.waitStarted(t, "w1")
+				h.stop(t)
+				h2 := restartHub()
+				waitConnected(t, h2, a.opts.Node)
+				close(r.gate)
+				return h2
+			},
+		},
+		{
+			name:  "hub is down when the item finishes; the outbox delivers the status after the reconnect",
+			gated: true,
+			during: func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, r *runner, restartHub func() *runningHub) *runningHub {
+				r.waitStarted(t, "w1")
+				h.stop(t)
+				close(r.gate)
+				return restartHub()
+			},
+		},
+		{
+			name: "hub restarts right after the dispatch, acked or not",
+			during: func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, r *runner, restartHub func() *runningHub) *runningHub {
+				h.stop(t)
+				return restartHub()
+			},
+		},
+		{
+			name: "agent restarts right after the dispatch, with the same state",
+			during: func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, r *runner, restartHub func() *runningHub) *runningHub {
+				a.stop(t)
+				f.startAgent(a.opts)
+				return h
+			},
+		},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf("hub-reconnect-%d", i))
+			node := fmt.Sprintf("reconnect-node-%d", i)
+			snk := &sink{}
+			ws := &works{}
+			opts := Options{Name: "hub-reconnect", Work: ws, Status: snk}
+			h := f.startHub(opts)
+			restartHub := func() *runningHub {
+				o := opts
+				o.ListenAddress = h.addr // same name, same address: the agent comes back by itself
+				return f.startHub(o)
+			}
+			r := newRunner()
+			if tc.gated {
+				r.gate = make(chan struct{})
+			}
+			a := f.startAgent(f.agentOpts(node, h, r))
+			waitConnected(t, h, node)
+
+			it := item("w1", "test", `{"n":1}`)
+			ws.add(node, it)
+			if err := h.Dispatch(node, it); err != nil {
+				t.Fatal(err)
+			}
+			last := tc.during(t, f, h, a, r, restartHub)
+
+			snk.waitStatus(t, node, "w1", agent.PhaseSucceeded)
+			waitConnected(t, last, node)
+			waitNoPending(t, last, node)
+			testenv.Never(t, settle, "a second run or a second status of w1", func(context.Context) (bool, error) {
+				if n := r.count("w1"); n != 1 {
+					return true, fmt.Errorf("runner ran w1 %d times", n)
+				}
+				if got := snk.statuses(node, "w1"); len(got) != 1 {
+					return true, fmt.Errorf("sink got %d statuses for w1: %v", len(got), got)
+				}
+				return false, nil
+			})
+		})
+	}
+}
+
+// TestAgentRestartAfterTheDispatchWasMissed: the node was away when the
+// item was dispatched; the snapshot of its next stream brings it.
+func TestAgentRestartAfterTheDispatchWasMissed(t *testing.T) {
+	f := newFixture(t, "hub-missed")
+	snk := &sink{}
+	ws := &works{}
+	h := f.startHub(Options{Name: "hub-missed", Work: ws, Status: snk})
+	r := newRunner()
+	const node = "missed-node"
+	a := f.startAgent(f.agentOpts(node, h, r))
+	waitConnected(t, h, node)
+	a.stop(t)
+	testenv.Eventually(t, waitTimeout, "hub sees the stream end", func(context.Context) (bool, error) {
+		return !h.Connected(node), nil
+	})
+
+	it := item("w-missed", "test", "")
+	ws.add(node, it)
+	if err := h.Dispatch(node, it); err == nil {
+		t.Fatal("Dispatch to a stopped agent succeeded")
+	}
+	f.startAgent(a.opts)
+	snk.waitStatus(t, node, "w-missed", agent.PhaseSucceeded)
+	waitNoPending(t, h, node)
+	if n := r.count("w-missed"); n != 1 {
+		t.Errorf("runner ran w-missed %d times, want 1", n)
+	}
+}
+
+// session returns node's session on h.
+func (r *runningHub) session(t *testing.T, node string) *session {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[node]
+	if s == nil {
+		t.Fatalf("node %s has no session on hub %s", node, r.Name())
+	}
+	return s
+}
+
+// send queues env on node's stream as Dispatch does, tracking it as pending.
+func (r *runningHub) send(t *testing.T, node string, env *agentv1.Envelope) {
+	t.Helper()
+	s := r.session(t, node)
+	s.mu.Lock()
+	s.pending[env.GetId()] = env
+	s.mu.Unlock()
+	if err := s.enqueue(env); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextRev takes the session's next revision, skipping skip revisions first.
+func (r *runningHub) nextRev(t *testing.T, node string, skip uint64) uint64 {
+	t.Helper()
+	s := r.session(t, node)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rev += skip + 1
+	return s.rev
+}
+
+// TestRevisionsEndToEnd drives the agent's revision tracking through the
+// real hub: a gap makes it ask for a full sync and apply the snapshot it
+// gets; duplicates and stale messages are acked and have no effect.
+func TestRevisionsEndToEnd(t *testing.T) {
+	f := newFixture(t, "hub-revisions")
+	snk := &sink{}
+	ws := &works{}
+	h := f.startHub(Options{Name: "hub-revisions", Work: ws, Status: snk})
+	r := newRunner()
+	const node = "revisions-node"
+	f.startAgent(f.agentOpts(node, h, r))
+	waitConnected(t, h, node)
+	waitNoPending(t, h, node)
+	const received = "drover_hub_messages_received_total"
+
+	t.Run("a gap makes the agent ask for a snapshot and apply it", func(t *testing.T) {
+		before := h.counter(t, received, "KIND_FULL_SYNC_REQUEST")
+		gapped := item("w-gap", "test", "")
+		ws.add(node, gapped)
+		rev := h.nextRev(t, node, 3) // revisions rev-3 .. rev-1 are never sent
+		h.send(t, node, protocol.NewDispatch(node, rev, gapped))
+
+		snk.waitStatus(t, node, "w-gap", agent.PhaseSucceeded)
+		if got := h.counter(t, received, "KIND_FULL_SYNC_REQUEST") - before; got != 1 {
+			t.Errorf("hub got %v full-sync requests, want 1", got)
+		}
+		// The gapped dispatch is never acked: the acked snapshot that
+		// followed it supersedes it.
+		waitNoPending(t, h, node)
+		if n := r.count("w-gap"); n != 1 {
+			t.Errorf("runner ran w-gap %d times, want 1", n)
+		}
+	})
+
+	t.Run("a duplicate is acked and not applied again", func(t *testing.T) {
+		acks := h.counter(t, received, "KIND_ACK")
+		it := item("w-dup", "test", "")
+		env := protocol.NewDispatch(node, h.nextRev(t, node, 0), it)
+		h.send(t, node, env)
+		h.send(t, node, env)
+		snk.waitStatus(t, node, "w-dup", agent.PhaseSucceeded)
+		waitNoPending(t, h, node)
+		testenv.Eventually(t, waitTimeout, "both copies acked", func(context.Context) (bool, error) {
+			if got := h.counter(t, received, "KIND_ACK") - acks; got != 2 {
+				return false, fmt.Errorf("%v acks", got)
+			}
+			return true, nil
+		})
+		if n := r.count("w-dup"); n != 1 {
+			t.Errorf("runner ran w-dup %d times, want 1", n)
+		}
+	})
+
+	t.Run("a stale message is acked and not applied", func(t *testing.T) {
+		acks := h.counter(t, received, "KIND_ACK")
+		h.send(t, node, protocol.NewDispatch(node, 1, item("w-stale", "test", "")))
+		waitNoPending(t, h, node)
+		testenv.Eventually(t, waitTimeout, "stale dispatch acked", func(context.Context) (bool, error) {
+			if got := h.counter(t, received, "KIND_ACK") - acks; got != 1 {
+				return false, fmt.Errorf("%v acks", got)
+			}
+			return true, nil
+		})
+		testenv.Never(t, settle, "the stale item runs", func(context.Context) (bool, error) {
+			return r.count("w-stale") > 0 || len(snk.statuses(node, "w-stale")) > 0, nil
+		})
+	})
+}
