@@ -161,6 +161,9 @@ type discardStatus struct{}
 func (discardStatus) WorkStatus(context.Context, string, *agentv1.WorkStatus)  {}
 func (discardStatus) NodeState(context.Context, string, []*agentv1.WorkStatus) {}
 
+// recvLimit is the largest message the hub's gRPC server decodes.
+const recvLimit = 2 * protocol.MaxEnvelopeBytes
+
 // Hub serves agents. Create it with New and run it with Start.
 type Hub struct {
 	agentv1.UnimplementedAgentHubServer
@@ -242,7 +245,12 @@ func (h *Hub) Start(ctx context.Context) error {
 			ClientCAs:  ca.Pool(),
 			MinVersion: tls.VersionTLS13,
 		})),
-		grpc.MaxRecvMsgSize(protocol.MaxEnvelopeBytes),
+		// Decode up to twice the protocol's limit, so that SendMessage can
+		// refuse a slightly oversized envelope with InvalidArgument and a
+		// reason (an agent drops what it gets InvalidArgument for instead of
+		// retrying it for ever). Anything larger gets gRPC's own
+		// ResourceExhausted before it is decoded.
+		grpc.MaxRecvMsgSize(recvLimit),
 		grpc.MaxSendMsgSize(protocol.MaxEnvelopeBytes),
 		// Streams are long-lived and mostly idle: ping rarely so 100k of them
 		// cost little, but often enough to find dead peers behind NAT.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -300,6 +301,11 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 	if err != nil {
 		return nil, err
 	}
+	if n := proto.Size(env); n > protocol.MaxEnvelopeBytes {
+		h.metrics.rejected.WithLabelValues("too-large").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "envelope %q is %d bytes, more than the protocol's %d: %v",
+			clip(env.GetId()), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
+	}
 	if err := protocol.Validate(env); err != nil {
 		h.metrics.rejected.WithLabelValues("malformed").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
@@ -371,6 +377,15 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 		h.metrics.rejected.WithLabelValues("unexpected-kind").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "envelope %s: kind %s is not sent by agents", env.GetId(), kind)
 	}
+}
+
+// clip shortens an id an agent sent before it goes into an error message.
+func clip(id string) string {
+	const max = protocol.MaxIDBytes
+	if len(id) > max {
+		return id[:max] + "..."
+	}
+	return id
 }
 
 func (h *Hub) closeAllSessions() {
