@@ -1,0 +1,412 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/store"
+)
+
+// testTimeout bounds every wait in this file.
+const testTimeout = 10 * time.Second
+
+func TestHostOf(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:7443":      "127.0.0.1",
+		"hub.example.com:443": "hub.example.com",
+		"[::1]:7443":          "::1",
+		"no-port":             "no-port",
+		"":                    "",
+	} {
+		if got := hostOf(addr); got != want {
+			t.Errorf("hostOf(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		err   error
+		fatal bool
+	}{
+		{status.Error(codes.Unauthenticated, "no certificate"), true},
+		{status.Error(codes.PermissionDenied, "node x is revoked"), true},
+		{status.Error(codes.Unavailable, "connection refused"), false},
+		{status.Error(codes.Aborted, "hub shutting down"), false},
+		{status.Error(codes.FailedPrecondition, "no stream"), false},
+		{errors.New("plain"), false},
+	}
+	for _, tc := range cases {
+		err := classify("hub:1", tc.err)
+		var fatal *FatalError
+		if got := errors.As(err, &fatal); got != tc.fatal {
+			t.Errorf("classify(%v): fatal=%v, want %v", tc.err, got, tc.fatal)
+		}
+		if !strings.Contains(err.Error(), "hub:1") {
+			t.Errorf("classify(%v) = %q, does not name the hub", tc.err, err)
+		}
+		if !tc.fatal && !errors.Is(err, tc.err) {
+			t.Errorf("classify(%v) = %v, does not wrap the cause", tc.err, err)
+		}
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	valid := func() Options { return Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: t.TempDir()} }
+	for name, tc := range map[string]struct {
+		mutate func(*Options)
+		err    string
+	}{
+		"valid":         {func(*Options) {}, ""},
+		"bad node name": {func(o *Options) { o.Node = "Not_A_Name" }, "node"},
+		"no hubs":       {func(o *Options) { o.Hubs = nil }, "hub address"},
+		"no state dir":  {func(o *Options) { o.StateDir = "" }, "state directory"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := valid()
+			tc.mutate(&o)
+			err := o.defaults()
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("got %v, want an error about %q", err, tc.err)
+			}
+		})
+	}
+
+	t.Run("noop is built in and can be replaced", func(t *testing.T) {
+		o := valid()
+		if err := o.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := o.Runners["noop"]; !ok {
+			t.Fatal("no noop runner")
+		}
+		mine := RunnerFunc(func(context.Context, store.Work) (string, string) { return PhaseFailed, "mine" })
+		o = valid()
+		o.Runners = map[string]Runner{"noop": mine}
+		if err := o.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := o.Runners["noop"].Run(context.Background(), store.Work{}); p != PhaseFailed {
+			t.Fatal("the caller's noop runner was replaced by the built-in one")
+		}
+	})
+}
+
+// newTestAgent is an agent on a fresh DB, not connected to anything.
+func newTestAgent(t *testing.T, runners map[string]Runner) *Agent {
+	t.Helper()
+	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: t.TempDir(), Runners: runners, Capacity: map[string]string{"cpu": "1"}}
+	if err := opts.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(context.Background(), filepath.Join(opts.StateDir, "agent.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024)}
+}
+
+// outbox decodes the agent's queued reports, oldest first.
+func outbox(t *testing.T, a *Agent) []*agentv1.Envelope {
+	t.Helper()
+	msgs, err := a.db.Pending(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*agentv1.Envelope
+	for _, m := range msgs {
+		env, err := protocol.Decode(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, env)
+	}
+	return out
+}
+
+// TestReportsAreQueuedInRevisionOrder: work statuses (from the work loop)
+// and NodeStates (from the connection) are built concurrently; the outbox
+// must still be in revision order, or the hub drops the report that comes
+// after one with a higher revision as stale.
+func TestReportsAreQueuedInRevisionOrder(t *testing.T) {
+	a := newTestAgent(t, nil)
+	ctx := context.Background()
+	const n = 50
+	for i := range n {
+		if _, err := a.db.PutWork(ctx, store.Work{UID: fmt.Sprintf("w%d", i), Type: "noop", Phase: PhaseRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- a.finish(ctx, fmt.Sprintf("w%d", i), PhaseSucceeded, "") }()
+		go func() { defer wg.Done(); errs <- a.reportNodeState(ctx) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	envs := outbox(t, a)
+	if len(envs) != 2*n {
+		t.Fatalf("outbox holds %d reports, want %d", len(envs), 2*n)
+	}
+	done := map[string]bool{} // uids whose status is queued before this point
+	for i, env := range envs {
+		if want := uint64(i + 1); env.GetRevision() != want {
+			t.Fatalf("report %d (%s) has revision %d, want %d: the outbox is not in revision order", i, env.GetKind(), env.GetRevision(), want)
+		}
+		if st := env.GetStatus(); st != nil {
+			done[st.GetWork().GetUid()] = true
+		}
+		// A NodeState shows at least every change reported before it.
+		for _, w := range env.GetNodeState().GetWork() {
+			if done[w.GetUid()] && w.GetPhase() != PhaseSucceeded {
+				t.Fatalf("NodeState at revision %d shows %s %s after its Succeeded status", env.GetRevision(), w.GetUid(), w.GetPhase())
+			}
+		}
+	}
+}
+
+func TestAckedRevision(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAgent(t, nil)
+	check := func(want uint64) {
+		t.Helper()
+		got, err := a.ackedRevision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("ackedRevision = %d, want %d", got, want)
+		}
+	}
+	check(0)
+	for range 3 { // revisions 1..3 reported and acked
+		if _, err := a.db.NextAgentRevision(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(3)
+	if _, err := a.db.PutWork(ctx, store.Work{UID: "w", Type: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.finish(ctx, "w", PhaseSucceeded, ""); err != nil { // revision 4, queued
+		t.Fatal(err)
+	}
+	if err := a.reportNodeState(ctx); err != nil { // revision 5, queued
+		t.Fatal(err)
+	}
+	check(3)
+	envs := outbox(t, a)
+	if err := a.db.Ack(ctx, envs[0].GetId()); err != nil {
+		t.Fatal(err)
+	}
+	check(4)
+	if err := a.db.Ack(ctx, envs[1].GetId()); err != nil {
+		t.Fatal(err)
+	}
+	check(5)
+}
+
+// fakeHub is an AgentHubClient that records what the agent sends.
+type fakeHub struct {
+	mu   sync.Mutex
+	sent []*agentv1.Envelope
+}
+
+func (f *fakeHub) Register(context.Context, *agentv1.RegisterRequest, ...grpc.CallOption) (*agentv1.RegisterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "fake")
+}
+
+func (f *fakeHub) GetMessage(context.Context, *agentv1.GetMessageRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[agentv1.Envelope], error) {
+	return nil, status.Error(codes.Unimplemented, "fake")
+}
+
+func (f *fakeHub) SendMessage(_ context.Context, env *agentv1.Envelope, _ ...grpc.CallOption) (*agentv1.SendResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, env)
+	return &agentv1.SendResponse{}, nil
+}
+
+// take returns and forgets what was sent.
+func (f *fakeHub) take() []*agentv1.Envelope {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.sent
+	f.sent = nil
+	return out
+}
+
+// TestHandleRevisions feeds hub->agent envelopes to handle and checks what
+// the agent stores, schedules and answers.
+func TestHandleRevisions(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAgent(t, nil)
+	hub := &fakeHub{}
+	tr := protocol.NewTracker(0)
+	it := func(uid string) *agentv1.WorkItem { return &agentv1.WorkItem{Uid: uid, Type: "noop"} }
+	scheduled := func() []string {
+		var out []string
+		for {
+			select {
+			case uid := <-a.work:
+				out = append(out, uid)
+			default:
+				return out
+			}
+		}
+	}
+
+	snap := protocol.NewSnapshot("n1", 1, []*agentv1.WorkItem{it("a")})
+	d2 := protocol.NewDispatch("n1", 2, it("b"))
+	steps := []struct {
+		name      string
+		env       *agentv1.Envelope
+		acked     bool   // the agent acks env
+		fullSync  uint64 // the agent asks for a full sync from this revision (0: does not)
+		scheduled []string
+		hubRev    uint64 // the DB's hub revision afterwards
+	}{
+		{"a snapshot is applied", snap, true, 0, []string{"a"}, 1},
+		{"the next dispatch is applied", d2, true, 0, []string{"b"}, 2},
+		{"the same dispatch again is acked, not applied", d2, true, 0, nil, 2},
+		{"a stale dispatch is acked, not applied", protocol.NewDispatch("n1", 1, it("stale")), true, 0, nil, 2},
+		{"a gap asks for a full sync and is not acked", protocol.NewDispatch("n1", 5, it("gap")), false, 2, nil, 2},
+		{"an older snapshot is acked, not applied", protocol.NewSnapshot("n1", 2, nil), true, 0, nil, 2},
+		{"a snapshot past the gap is applied", protocol.NewSnapshot("n1", 6, []*agentv1.WorkItem{it("a"), it("b"), it("gap")}), true, 0, []string{"a", "b", "gap"}, 6},
+		{"a message for another node is ignored", protocol.NewDispatch("n2", 7, it("other")), false, 0, nil, 6},
+		{"a malformed message is ignored", &agentv1.Envelope{Id: "m", Node: "n1", Kind: agentv1.Kind_KIND_DISPATCH}, false, 0, nil, 6},
+		{"a cancel is applied", protocol.NewCancel("n1", 7, "gap"), true, 0, nil, 7},
+	}
+	for _, s := range steps {
+		if err := a.handle(ctx, hub, tr, s.env); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		sent := hub.take()
+		var acks, syncs []*agentv1.Envelope
+		for _, e := range sent {
+			switch e.GetKind() {
+			case agentv1.Kind_KIND_ACK:
+				acks = append(acks, e)
+			case agentv1.Kind_KIND_FULL_SYNC_REQUEST:
+				syncs = append(syncs, e)
+			}
+		}
+		if s.acked != (len(acks) == 1 && acks[0].GetAckOf() == s.env.GetId()) || len(acks) > 1 {
+			t.Fatalf("%s: acks %v, want acked=%v", s.name, acks, s.acked)
+		}
+		if s.fullSync == 0 && len(syncs) > 0 || s.fullSync > 0 && (len(syncs) != 1 || syncs[0].GetFullSyncRequest().GetHaveRevision() != s.fullSync) {
+			t.Fatalf("%s: full-sync requests %v, want one from %d (0: none)", s.name, syncs, s.fullSync)
+		}
+		if got := scheduled(); !slices.Equal(got, s.scheduled) {
+			t.Fatalf("%s: scheduled %v, want %v", s.name, got, s.scheduled)
+		}
+		if rev, err := a.db.HubRevision(ctx); err != nil || rev != s.hubRev {
+			t.Fatalf("%s: hub revision %d (%v), want %d", s.name, rev, err, s.hubRev)
+		}
+	}
+	if w, ok, err := a.db.Work(ctx, "gap"); err != nil || !ok || w.Phase != PhaseCancelled {
+		t.Fatalf("cancelled item: %+v %v %v, want phase Cancelled", w, ok, err)
+	}
+	if _, ok, _ := a.db.Work(ctx, "stale"); ok {
+		t.Fatal("the stale dispatch was stored")
+	}
+}
+
+// TestRunWork runs the work loop on its own: each item runs once however
+// often it is scheduled, an unknown type fails, and an item that was running
+// when the agent stopped is reported Failed on the next start.
+func TestRunWork(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	a := newTestAgent(t, map[string]Runner{"count": RunnerFunc(func(_ context.Context, w store.Work) (string, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[w.UID]++
+		return PhaseSucceeded, "counted"
+	})})
+	for _, w := range []store.Work{{UID: "once", Type: "count", Phase: PhasePending}, {UID: "unknown", Type: "nope", Phase: PhasePending}} {
+		if _, err := a.db.PutWork(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, uid := range []string{"once", "once", "unknown", "once"} {
+		a.schedule(uid)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.runWork(ctx) }()
+
+	deadline := time.Now().Add(testTimeout)
+	for {
+		envs := outbox(t, a)
+		if len(envs) == 2 {
+			got := map[string]string{}
+			for _, e := range envs {
+				got[e.GetStatus().GetWork().GetUid()] = e.GetStatus().GetWork().GetPhase()
+			}
+			if got["once"] != PhaseSucceeded || got["unknown"] != PhaseFailed {
+				t.Fatalf("statuses %v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox holds %d reports after %s, want 2", len(envs), testTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("runWork did not return after its context ended")
+	}
+	mu.Lock()
+	n := runs["once"]
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("ran %d times, want 1", n)
+	}
+
+	// A restart finds an item Running: it is not run again but reported Failed.
+	if _, err := a.db.PutWork(context.Background(), store.Work{UID: "interrupted", Type: "count", Phase: PhaseRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.recoverWork(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := a.db.Work(context.Background(), "interrupted")
+	if err != nil || w.Phase != PhaseFailed || !strings.Contains(w.Reason, "restarted") {
+		t.Fatalf("interrupted item after recovery: %+v (%v), want Failed because of the restart", w, err)
+	}
+}
