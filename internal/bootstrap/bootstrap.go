@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,14 +56,21 @@ func SecretName(id string) string { return "bootstrap-token-" + id }
 // Generate makes a new random token.
 func Generate() (Token, error) {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 22)
-	if _, err := rand.Read(b); err != nil {
-		return Token{}, fmt.Errorf("generate bootstrap token: %w", err)
+	// Bytes ≥ 252 are redrawn: 252 is the largest multiple of 36 below 256,
+	// so every character stays equally likely.
+	out := make([]byte, 0, 22)
+	buf := make([]byte, 32)
+	for len(out) < cap(out) {
+		if _, err := rand.Read(buf); err != nil {
+			return Token{}, fmt.Errorf("generate bootstrap token: %w", err)
+		}
+		for _, c := range buf {
+			if c < 252 && len(out) < cap(out) {
+				out = append(out, alphabet[int(c)%len(alphabet)])
+			}
+		}
 	}
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return Token{ID: string(b[:6]), Secret: string(b[6:])}, nil
+	return Token{ID: string(out[:6]), Secret: string(out[6:])}, nil
 }
 
 // Parse splits "id.secret".
@@ -99,6 +107,43 @@ func Create(ctx context.Context, c client.Client, ns string, tok Token) error {
 			return fmt.Errorf("create bootstrap token %s: a token with that id exists", tok.ID)
 		}
 		return fmt.Errorf("create bootstrap token %s in namespace %s: %w", tok.ID, ns, err)
+	}
+	return nil
+}
+
+// List returns the tokens in namespace ns, oldest first, without their secrets.
+func List(ctx context.Context, r client.Reader, ns string) ([]Token, error) {
+	var l corev1.SecretList
+	if err := r.List(ctx, &l, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list bootstrap tokens in namespace %s: %w", ns, err)
+	}
+	sort.Slice(l.Items, func(i, j int) bool {
+		return l.Items[i].CreationTimestamp.Before(&l.Items[j].CreationTimestamp)
+	})
+	var out []Token
+	for _, s := range l.Items {
+		id := string(s.Data[KeyID])
+		if s.Type != SecretType || s.Name != SecretName(id) {
+			continue
+		}
+		tok := Token{ID: id, AutoApprove: string(s.Data[KeyAutoApprove]) == "true", Description: string(s.Data[KeyDescription])}
+		if exp, err := time.Parse(time.RFC3339, string(s.Data[KeyExpiration])); err == nil {
+			tok.Expires = &exp
+		}
+		out = append(out, tok)
+	}
+	return out, nil
+}
+
+// Delete removes the token with id from namespace ns: agents that have not
+// registered yet can no longer use it; registered ones keep their certificates.
+func Delete(ctx context.Context, c client.Client, ns, id string) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretName(id)}}
+	if err := c.Delete(ctx, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete bootstrap token %s: %w", id, ErrUnknown)
+		}
+		return fmt.Errorf("delete bootstrap token %s: %w", id, err)
 	}
 	return nil
 }

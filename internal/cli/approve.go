@@ -35,6 +35,10 @@ func newApproveCommand(g *globalOptions) *cobra.Command {
 						args = append(args, n.Name)
 					}
 				}
+				if len(args) == 0 {
+					cmd.Println("No nodes are waiting for approval.")
+					return nil
+				}
 			}
 			return setSpec(cmd.Context(), c, args, func(n *fleetv1.FleetNode) { n.Spec.Approved = true }, "approved", cmd)
 		},

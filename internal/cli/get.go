@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -8,16 +9,22 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 )
 
 func newGetCommand(g *globalOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:       "get nodes",
-		Short:     "List fleet nodes",
-		Args:      cobra.ExactArgs(1),
+	var selector string
+	cmd := &cobra.Command{
+		Use:   "get nodes [NAME...]",
+		Short: "List fleet nodes",
+		Example: `  drover get nodes
+  drover get nodes edge-1 edge-2
+  drover get nodes -l site=berlin`,
+		Args:      cobra.MinimumNArgs(1),
 		ValidArgs: []string{"nodes", "fleetnodes", "fn"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
@@ -29,14 +36,42 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sel, err := labels.Parse(selector)
+			if err != nil {
+				return fmt.Errorf("--selector %q: %w", selector, err)
+			}
+			var nodes []fleetv1.FleetNode
+			if names := args[1:]; len(names) > 0 {
+				var errs []error
+				for _, name := range names {
+					var n fleetv1.FleetNode
+					if err := c.Get(cmd.Context(), client.ObjectKey{Name: name}, &n); err != nil {
+						errs = append(errs, fmt.Errorf("get node %s: %w", name, err))
+						continue
+					}
+					if sel.Matches(labels.Set(n.Labels)) {
+						nodes = append(nodes, n)
+					}
+				}
+				if len(nodes) > 0 {
+					printNodes(cmd.OutOrStdout(), nodes, time.Now())
+				}
+				return errors.Join(errs...)
+			}
 			var list fleetv1.FleetNodeList
-			if err := c.List(cmd.Context(), &list); err != nil {
+			if err := c.List(cmd.Context(), &list, client.MatchingLabelsSelector{Selector: sel}); err != nil {
 				return fmt.Errorf("list nodes: %w", err)
+			}
+			if len(list.Items) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "No fleet nodes found.")
+				return nil
 			}
 			printNodes(cmd.OutOrStdout(), list.Items, time.Now())
 			return nil
 		},
 	}
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. site=berlin,tier!=canary")
+	return cmd
 }
 
 func printNodes(w io.Writer, nodes []fleetv1.FleetNode, now time.Time) {

@@ -65,6 +65,8 @@ func NewRootCommand() *cobra.Command {
 // Main runs the root command and returns the process exit code.
 func Main() int {
 	cmd := NewRootCommand()
+	// cobra's Print* default to stderr; results belong on stdout, for scripts.
+	cmd.SetOut(os.Stdout)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %s\n", strings.TrimSpace(err.Error()))
 		return 1

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,11 +53,63 @@ func newTokenCommand(g *globalOptions) *cobra.Command {
 			return nil
 		},
 	}
-	create.Flags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace")
 	create.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token is valid; 0 = forever")
 	create.Flags().BoolVar(&autoApprove, "auto-approve", false, "approve nodes that register with this token at once")
 	create.Flags().StringVar(&desc, "description", "", "what the token is for")
-	cmd.AddCommand(create)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List bootstrap tokens (ids only; secrets are never shown again)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			toks, err := bootstrap.List(cmd.Context(), c, ns)
+			if err != nil {
+				return err
+			}
+			if len(toks) == 0 {
+				cmd.Println("No bootstrap tokens. Create one with `drover token create`.")
+				return nil
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
+			fmt.Fprintln(w, "ID\tEXPIRES\tAUTO-APPROVE\tDESCRIPTION")
+			now := time.Now()
+			for _, t := range toks {
+				exp := "never"
+				if t.Expires != nil {
+					exp = t.Expires.UTC().Format(time.RFC3339)
+					if !now.Before(*t.Expires) {
+						exp += " (expired)"
+					}
+				}
+				fmt.Fprintf(w, "%s\t%s\t%v\t%s\n", t.ID, exp, t.AutoApprove, t.Description)
+			}
+			return w.Flush()
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete ID|TOKEN...",
+		Short: "Delete bootstrap tokens; nodes that already registered keep their certificates",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, a := range args {
+				id, _, _ := strings.Cut(a, ".")
+				if err := bootstrap.Delete(cmd.Context(), c, ns, id); err != nil {
+					return err
+				}
+				cmd.Printf("bootstrap token %s deleted\n", id)
+			}
+			return nil
+		},
+	}
+	cmd.PersistentFlags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace")
+	cmd.AddCommand(create, list, del)
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -47,6 +48,34 @@ func TestFleet(t *testing.T) {
 		out, err = c.cli(t, "get", "nodes")
 		if err != nil || !regexp.MustCompile(`edge-approve\s+Online\s+true\s+hub-main\s+v0.0.1-e2e`).MatchString(out) {
 			t.Errorf("drover get nodes = %q, %v; want a row for edge-approve Online", out, err)
+		}
+		out, err = c.cli(t, "get", "nodes", "-l", "site=berlin")
+		if err != nil || !strings.Contains(out, "edge-approve") || strings.Count(strings.TrimSpace(out), "\n") != 1 {
+			t.Errorf("drover get nodes -l site=berlin = %q, %v; want the header and edge-approve only", out, err)
+		}
+	})
+
+	t.Run("tokens are created on stdout, listed without secrets, and deleted", func(t *testing.T) {
+		cmd := exec.Command(c.drover, "--kubeconfig", c.kubeconfig, "token", "create", "--auto-approve", "--description", "e2e list")
+		stdout, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("drover token create: %v", err)
+		}
+		tok := strings.TrimSpace(string(stdout))
+		id, secret, ok := strings.Cut(tok, ".")
+		if !ok || len(id) != 6 || len(secret) != 16 {
+			t.Fatalf("drover token create printed %q on stdout, want one id.secret token", stdout)
+		}
+		out, err := c.cli(t, "token", "list")
+		if err != nil || !regexp.MustCompile(id+`\s+\S+\s+true\s+e2e list`).MatchString(out) || strings.Contains(out, secret) {
+			t.Fatalf("drover token list = %q, %v; want a row for %s without its secret", out, err, id)
+		}
+		if out, err := c.cli(t, "token", "delete", tok); err != nil || !strings.Contains(out, id+" deleted") {
+			t.Fatalf("drover token delete = %q, %v", out, err)
+		}
+		a := c.startAgent(t, "edge-deleted-token", t.TempDir(), "--hub", c.hub, "--token", tok)
+		if code := a.exited(t, defaultTimeout); code != 3 || !strings.Contains(a.Output(), "unknown") {
+			t.Errorf("agent with a deleted token: exit %d, output:\n%s", code, tail(a.Output(), 10))
 		}
 	})
 
