@@ -129,6 +129,12 @@ func (i *impl) UpdateStatus(ctx context.Context, logger logr.Logger, hubLease *c
 			// Deleted meanwhile: nothing to announce or recheck.
 			return ctrlkit.Exit()
 		}
+		if apierrors.IsConflict(err) {
+			// A hub wrote the node meanwhile; decide again on the fresh object
+			// without logging an error for an expected race.
+			logger.V(1).Info("status changed under us; deciding again")
+			return ctrlkit.RequeueImmediately()
+		}
 		return ctrlkit.RequeueIfErrorAndWrap("patch status", err)
 	}
 	logger.Info("node status decided", "phase", i.node.Status.Phase, "event", i.decision.Event)

@@ -191,12 +191,14 @@ func TestReconcileDoesNotReadALeaseForANodeWithoutHub(t *testing.T) {
 func TestReconcileRecordsNoEventWhenThePatchFails(t *testing.T) {
 	conflict := apierrors.NewConflict(schema.GroupResource{Group: fleetv1.GroupVersion.Group, Resource: "fleetnodes"}, "n1", errors.New("a hub claimed it"))
 	for _, tt := range []struct {
-		name    string
-		err     error
-		wantErr func(error) bool
+		name        string
+		err         error
+		wantErr     func(error) bool
+		wantRequeue bool
 	}{
-		{"conflict is retried", conflict, apierrors.IsConflict},
-		{"deleted meanwhile is dropped", apierrors.NewNotFound(schema.GroupResource{Resource: "fleetnodes"}, "n1"), func(err error) bool { return err == nil }},
+		{"conflict is decided again at once, without an error", conflict, func(err error) bool { return err == nil }, true},
+		{"deleted meanwhile is dropped", apierrors.NewNotFound(schema.GroupResource{Resource: "fleetnodes"}, "n1"), func(err error) bool { return err == nil }, false},
+		{"other errors are returned", errors.New("etcd is down"), func(err error) bool { return err != nil && strings.Contains(err.Error(), "etcd is down") }, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			funcs := interceptor.Funcs{SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
@@ -204,8 +206,9 @@ func TestReconcileRecordsNoEventWhenThePatchFails(t *testing.T) {
 			}}
 			f := newFixture(t, funcs, onlineNode(), hubLease(hubNamespace, time.Hour))
 			res, err := f.reconcile(t)
-			if !tt.wantErr(err) || !res.IsZero() {
-				t.Errorf("Reconcile() = %+v, %v", res, err)
+			//lint:ignore SA1019 Requeue is how ctrlkit says "requeue now".
+			if !tt.wantErr(err) || res.Requeue != tt.wantRequeue || res.RequeueAfter != 0 {
+				t.Errorf("Reconcile() = %+v, %v; want requeue=%v", res, err, tt.wantRequeue)
 			}
 			if ev := f.events(); len(ev) != 0 {
 				t.Errorf("events = %q, want none", ev)
