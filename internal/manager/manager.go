@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/controllers/fleetnode"
 )
 
@@ -19,6 +20,9 @@ func Scheme() *runtime.Scheme {
 		panic(err) // static registration; cannot fail at run time
 	}
 	if err := fleetv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := opsv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
