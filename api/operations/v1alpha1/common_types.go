@@ -61,7 +61,7 @@ type NodeTarget struct {
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=5000
+	// +kubebuilder:validation:MaxItems=1000
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	NodeNames []string `json:"nodeNames,omitempty"`
@@ -146,7 +146,7 @@ type ActionStatus struct {
 	Status metav1.ConditionStatus `json:"status"`
 	// reason says why the action failed, or what it did.
 	// +optional
-	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:MaxLength=256
 	Reason string `json:"reason,omitempty"`
 	// time is when the action ended (or started, while it runs).
 	Time metav1.Time `json:"time"`
@@ -161,7 +161,7 @@ type ImageStatus struct {
 	Status metav1.ConditionStatus `json:"status"`
 	// reason says why the pull failed, or the pulled digest.
 	// +optional
-	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:MaxLength=256
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -178,12 +178,12 @@ type NodeTaskStatus struct {
 	Action string `json:"action,omitempty"`
 	// reason says why the task failed or is Unknown.
 	// +optional
-	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:MaxLength=512
 	Reason string `json:"reason,omitempty"`
 	// actionFlow records each action the node ran, in order.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:MaxItems=8
 	ActionFlow []ActionStatus `json:"actionFlow,omitempty"`
 	// currentVersion is the agent version the node runs now (upgrades).
 	// +optional
@@ -216,11 +216,14 @@ type NodeTaskCounts struct {
 // NodeTaskSummary is a short record of one node, kept on the job for the
 // first failures.
 type NodeTaskSummary struct {
+	// +kubebuilder:validation:MaxLength=253
 	NodeName string        `json:"nodeName"`
 	Phase    NodeTaskPhase `json:"phase"`
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	Action string `json:"action,omitempty"`
 	// +optional
+	// +kubebuilder:validation:MaxLength=512
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -273,3 +276,20 @@ const (
 	ReasonAborted                  = "Aborted"
 	ReasonInvalidFailureTolerate   = "InvalidFailureTolerate"
 )
+
+// Add counts n node tasks in phase p.
+func (c *NodeTaskCounts) Add(p NodeTaskPhase, n int32) {
+	c.Total += n
+	switch p {
+	case NodeTaskPhasePending:
+		c.Pending += n
+	case NodeTaskPhaseInProgress:
+		c.InProgress += n
+	case NodeTaskPhaseSuccessful:
+		c.Successful += n
+	case NodeTaskPhaseFailure:
+		c.Failure += n
+	case NodeTaskPhaseUnknown:
+		c.Unknown += n
+	}
+}
