@@ -122,6 +122,11 @@ type Agent struct {
 	// drops a report older than one it applied) and a NodeState includes
 	// every work change reported at a lower revision.
 	reportMu sync.Mutex
+	// running is the item the work loop runs now; reportMu guards it.
+	running struct {
+		uid  string
+		stop context.CancelFunc
+	}
 
 	kick chan struct{} // wakes the outbox flusher
 	work chan string   // uids to run

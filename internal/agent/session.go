@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -210,15 +211,43 @@ func (a *Agent) reportNodeState(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	statuses := make([]*agentv1.WorkStatus, 0, len(ws))
-	for _, w := range ws {
-		statuses = append(statuses, &agentv1.WorkStatus{Uid: w.UID, Phase: w.Phase, Reason: w.Reason})
-	}
+	statuses := nodeStateWork(ws, protocol.MaxWorkItems)
 	rev, err := a.db.NextAgentRevision(ctx)
 	if err != nil {
 		return err
 	}
 	return a.enqueue(ctx, protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses))
+}
+
+// nodeStateWork is what a NodeState reports of ws (in delivery order): all
+// of it when it fits in max entries, else the items that have not ended
+// first, then the most recently delivered ones that have. A NodeState over
+// the protocol's limit could never be sent, and the agent could never
+// connect again.
+func nodeStateWork(ws []store.Work, max int) []*agentv1.WorkStatus {
+	keep := ws
+	if len(ws) > max {
+		keep = make([]store.Work, 0, max)
+		for _, w := range ws {
+			if !terminal(w.Phase) && len(keep) < max {
+				keep = append(keep, w)
+			}
+		}
+		room := max - len(keep)
+		var ended []store.Work
+		for i := len(ws) - 1; i >= 0 && len(ended) < room; i-- {
+			if terminal(ws[i].Phase) {
+				ended = append(ended, ws[i])
+			}
+		}
+		slices.Reverse(ended)
+		keep = append(keep, ended...)
+	}
+	out := make([]*agentv1.WorkStatus, 0, len(keep))
+	for _, w := range keep {
+		out = append(out, &agentv1.WorkStatus{Uid: w.UID, Phase: w.Phase, Reason: w.Reason})
+	}
+	return out
 }
 
 // handle applies one hub->agent envelope.
@@ -252,6 +281,12 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 			}
 			for _, uid := range removed {
 				if err := a.cancel(ctx, uid, "no longer in the hub's snapshot"); err != nil {
+					return err
+				}
+				// The hub has forgotten uid: forget it too (its last status is
+				// in the outbox), or the DB and every NodeState grow for ever,
+				// and a NodeState over protocol.MaxWorkItems cannot be sent.
+				if err := a.db.DeleteWork(ctx, uid); err != nil {
 					return err
 				}
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/store"
 )
 
 func secs(n uint32) time.Duration { return time.Duration(n) * time.Second }
@@ -53,25 +54,17 @@ func (a *Agent) runWork(ctx context.Context) error {
 			return nil
 		case uid = <-a.work:
 		}
-		w, ok, err := a.db.Work(ctx, uid)
+		w, rctx, ok, err := a.claim(ctx, uid)
 		if err != nil {
 			return err
 		}
-		if !ok || (w.Phase != "" && w.Phase != PhasePending) {
-			continue // already ran, or cancelled: never run twice
-		}
-		r, ok := a.opts.Runners[w.Type]
 		if !ok {
-			if err := a.finish(ctx, uid, PhaseFailed, fmt.Sprintf("this agent has no runner for work type %q", w.Type)); err != nil {
-				return err
-			}
-			continue
+			continue // already ran, cancelled or dropped: never run twice
 		}
-		// Persist Running before the effect, so a crash mid-run is visible after restart.
-		if err := a.db.SetWorkPhase(ctx, uid, PhaseRunning, ""); err != nil {
-			return err
+		phase, reason := PhaseFailed, fmt.Sprintf("this agent has no runner for work type %q", w.Type)
+		if r, found := a.opts.Runners[w.Type]; found {
+			phase, reason = r.Run(rctx, w)
 		}
-		phase, reason := r.Run(ctx, w)
 		// Record the end even when the agent is stopping: the runner's own
 		// verdict (it may have been interrupted and said so) beats a restart
 		// finding the item Running and calling it Failed.
@@ -84,10 +77,51 @@ func (a *Agent) runWork(ctx context.Context) error {
 	}
 }
 
-// finish records an item's end and reports it.
+// claim marks uid Running, persisted before the runner's effect so that a
+// crash mid-run is visible after a restart, and returns the context to run
+// it with (cancel interrupts it). It reports false when uid is not Pending
+// any more (it ran, was cancelled, or the hub dropped it).
+func (a *Agent) claim(ctx context.Context, uid string) (store.Work, context.Context, bool, error) {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	w, ok, err := a.db.Work(ctx, uid)
+	if err != nil || !ok || (w.Phase != "" && w.Phase != PhasePending) {
+		return w, nil, false, err
+	}
+	if err := a.db.SetWorkPhase(ctx, uid, PhaseRunning, ""); err != nil {
+		return w, nil, false, err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	if a.running.stop != nil {
+		a.running.stop() // cannot happen: one item runs at a time
+	}
+	a.running.uid, a.running.stop = uid, stop
+	return w, rctx, true, nil
+}
+
+// terminal reports whether phase is an end: nothing changes an item after it.
+func terminal(phase string) bool {
+	return phase == PhaseSucceeded || phase == PhaseFailed || phase == PhaseCancelled
+}
+
+// finish records an item's end and reports it, once: an item that already
+// ended (cancelled while its runner ran) or that is gone (the hub dropped
+// it) keeps what was reported.
 func (a *Agent) finish(ctx context.Context, uid, phase, reason string) error {
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
+	return a.finishLocked(ctx, uid, phase, reason)
+}
+
+func (a *Agent) finishLocked(ctx context.Context, uid, phase, reason string) error {
+	if a.running.uid == uid {
+		a.running.stop()
+		a.running.uid, a.running.stop = "", nil
+	}
+	w, ok, err := a.db.Work(ctx, uid)
+	if err != nil || !ok || terminal(w.Phase) {
+		return err
+	}
 	if err := a.db.SetWorkPhase(ctx, uid, phase, reason); err != nil {
 		return err
 	}
@@ -98,13 +132,8 @@ func (a *Agent) finish(ctx context.Context, uid, phase, reason string) error {
 	return a.enqueue(ctx, protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: phase, Reason: reason}))
 }
 
+// cancel ends uid as Cancelled, interrupting its runner if it is running.
+// An item that already ended is left as it is.
 func (a *Agent) cancel(ctx context.Context, uid, reason string) error {
-	w, ok, err := a.db.Work(ctx, uid)
-	if err != nil || !ok {
-		return err
-	}
-	if w.Phase == PhaseSucceeded || w.Phase == PhaseFailed || w.Phase == PhaseCancelled {
-		return nil
-	}
 	return a.finish(ctx, uid, PhaseCancelled, reason)
 }

@@ -413,14 +413,14 @@ type runner struct {
 	mu      sync.Mutex
 	runs    map[string]int
 	specs   map[string][]byte
-	started chan string   // receives each uid as its run begins (buffered)
+	started chan string   // receives each uid as its run begins (the first 1024)
 	gate    chan struct{} // nil: finish at once
 	phase   string        // result; default Succeeded
 	reason  string
 }
 
 func newRunner() *runner {
-	return &runner{runs: map[string]int{}, specs: map[string][]byte{}, started: make(chan string, 64)}
+	return &runner{runs: map[string]int{}, specs: map[string][]byte{}, started: make(chan string, 1024)}
 }
 
 func (r *runner) Run(ctx context.Context, w store.Work) (string, string) {
@@ -429,7 +429,10 @@ func (r *runner) Run(ctx context.Context, w store.Work) (string, string) {
 	r.specs[w.UID] = w.Spec
 	gate, phase, reason := r.gate, r.phase, r.reason
 	r.mu.Unlock()
-	r.started <- w.UID
+	select {
+	case r.started <- w.UID:
+	default: // nobody waits for starts in this test
+	}
 	if gate != nil {
 		select {
 		case <-gate:

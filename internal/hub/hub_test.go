@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/drover-fleet/drover/internal/agent"
@@ -237,9 +238,9 @@ func (r *runningHub) send(t *testing.T, node string, env *agentv1.Envelope) {
 	t.Helper()
 	s := r.session(t, node)
 	s.mu.Lock()
-	s.pending[env.GetId()] = env
+	err := s.pushLocked(env)
 	s.mu.Unlock()
-	if err := s.enqueue(env); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -321,4 +322,46 @@ func TestRevisionsEndToEnd(t *testing.T) {
 			return r.count("w-stale") > 0 || len(snk.statuses(node, "w-stale")) > 0, nil
 		})
 	})
+}
+
+// TestConcurrentDispatchesKeepRevisionOrder: several components dispatch to
+// one node at once; the stream must still carry revisions in order, or the
+// agent sees gaps and asks for full syncs it should not need.
+func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
+	f := newFixture(t, "hub-concurrent")
+	snk := &sink{}
+	ws := &works{}
+	h := f.startHub(Options{Name: "hub-concurrent", Work: ws, Status: snk})
+	r := newRunner()
+	const node = "concurrent-node"
+	f.startAgent(f.agentOpts(node, h, r))
+	waitConnected(t, h, node)
+	const dispatchers, each = 8, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, dispatchers*each)
+	for d := range dispatchers {
+		wg.Go(func() {
+			for i := range each {
+				it := item(fmt.Sprintf("c-%d-%d", d, i), "test", "")
+				ws.add(node, it)
+				errs <- h.Dispatch(node, it)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d := range dispatchers {
+		for i := range each {
+			snk.waitStatus(t, node, fmt.Sprintf("c-%d-%d", d, i), agent.PhaseSucceeded)
+		}
+	}
+	waitNoPending(t, h, node)
+	if n := h.counter(t, "drover_hub_messages_received_total", "KIND_FULL_SYNC_REQUEST"); n != 0 {
+		t.Errorf("the agent asked for %v full syncs, want none", n)
+	}
 }

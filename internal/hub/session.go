@@ -59,6 +59,10 @@ func newSession(node string, agentRev uint64) *session {
 func (s *session) close(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closeLocked(reason)
+}
+
+func (s *session) closeLocked(reason string) {
 	if s.reason != "" {
 		return
 	}
@@ -66,22 +70,35 @@ func (s *session) close(reason string) {
 	close(s.done)
 }
 
-// enqueue queues env for the stream without blocking.
-func (s *session) enqueue(env *agentv1.Envelope) error {
-	// A closed session's queue is never sent; say so rather than let the
-	// select below pick the queue at random.
-	select {
-	case <-s.done:
-		return errors.New("stream closed")
-	default:
+// next queues the envelope that build makes with the session's next
+// revision (past floor) and tracks it as pending. Taking the revision and
+// queuing are one step under s.mu, so concurrent senders (Dispatch, Cancel,
+// snapshots) put revisions on the stream in order: otherwise the agent would
+// see gaps that are not there and ask for full syncs.
+func (s *session) next(floor uint64, build func(rev uint64) *agentv1.Envelope) (*agentv1.Envelope, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason != "" {
+		return nil, fmt.Errorf("stream closed: %s", s.reason)
+	}
+	s.rev = max(s.rev, floor) + 1
+	env := build(s.rev)
+	return env, s.pushLocked(env)
+}
+
+// pushLocked queues env for the stream without blocking and tracks it as
+// pending. s.mu is held.
+func (s *session) pushLocked(env *agentv1.Envelope) error {
+	if s.reason != "" {
+		// A closed session's queue is never sent: say so.
+		return fmt.Errorf("stream closed: %s", s.reason)
 	}
 	select {
 	case s.out <- env:
+		s.pending[env.GetId()] = env
 		return nil
-	case <-s.done:
-		return errors.New("stream closed")
 	default:
-		s.close("send queue full")
+		s.closeLocked("send queue full")
 		return errors.New("send queue full; the agent will resync on reconnect")
 	}
 }
@@ -244,13 +261,13 @@ func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) err
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "list work for node %s: %v", s.node, err)
 	}
-	s.mu.Lock()
-	s.rev = max(s.rev, agentHas) + 1
-	env := protocol.NewSnapshot(s.node, s.rev, items)
-	s.pending[env.GetId()] = env
-	s.mu.Unlock()
+	if _, err := s.next(agentHas, func(rev uint64) *agentv1.Envelope {
+		return protocol.NewSnapshot(s.node, rev, items)
+	}); err != nil {
+		return status.Errorf(codes.Aborted, "snapshot for node %s: %v", s.node, err)
+	}
 	h.metrics.dispatched.Add(float64(len(items)))
-	return s.enqueue(env)
+	return nil
 }
 
 // Dispatch sends one work item to a node connected to this hub. The item is
@@ -262,14 +279,27 @@ func (h *Hub) Dispatch(node string, item *agentv1.WorkItem) error {
 	if s == nil {
 		return fmt.Errorf("dispatch %s to node %s: node is not connected to hub %s", item.GetUid(), node, h.opts.Name)
 	}
-	s.mu.Lock()
-	s.rev++
-	env := protocol.NewDispatch(node, s.rev, item)
-	s.pending[env.GetId()] = env
-	s.mu.Unlock()
-	h.metrics.dispatched.Inc()
-	if err := s.enqueue(env); err != nil {
+	if _, err := s.next(0, func(rev uint64) *agentv1.Envelope { return protocol.NewDispatch(node, rev, item) }); err != nil {
 		return fmt.Errorf("dispatch %s to node %s: %w", item.GetUid(), node, err)
+	}
+	h.metrics.dispatched.Inc()
+	return nil
+}
+
+// Cancel asks a node connected to this hub to stop work item uid: a Pending
+// item never runs, a running one has its runner's context cancelled, and the
+// agent reports it Cancelled unless it had already ended. A node that misses
+// it (reconnects first) cancels the item when the snapshot it gets from the
+// WorkSource no longer lists it.
+func (h *Hub) Cancel(node, uid string) error {
+	h.mu.Lock()
+	s := h.sessions[node]
+	h.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("cancel %s on node %s: node is not connected to hub %s", uid, node, h.opts.Name)
+	}
+	if _, err := s.next(0, func(rev uint64) *agentv1.Envelope { return protocol.NewCancel(node, rev, uid) }); err != nil {
+		return fmt.Errorf("cancel %s on node %s: %w", uid, node, err)
 	}
 	return nil
 }

@@ -1,0 +1,116 @@
+package hub
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// bareHub is a Hub with a session for node and nothing else: no API, no
+// network. For tests of the session bookkeeping alone.
+func bareHub(node string) (*Hub, *session) {
+	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, metrics: newMetrics(nil), sessions: map[string]*session{}}
+	s := newSession(node, 0)
+	h.sessions[node] = s
+	return h, s
+}
+
+// TestSessionQueueIsInRevisionOrder: concurrent Dispatch and Cancel calls
+// must queue their envelopes in the order of the revisions they took, or the
+// agent sees a gap (and a needless full sync) where there is none.
+func TestSessionQueueIsInRevisionOrder(t *testing.T) {
+	const node, senders = "n1", 8
+	const each = sendQueue / senders // all fit in the queue: no reader needed
+	for round := range 50 {
+		h, s := bareHub(node)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range senders {
+			wg.Go(func() {
+				<-start
+				for i := range each {
+					uid := fmt.Sprintf("w-%d-%d", g, i)
+					var err error
+					if i%2 == 0 {
+						err = h.Dispatch(node, &agentv1.WorkItem{Uid: uid, Type: "noop"})
+					} else {
+						err = h.Cancel(node, uid)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := len(s.out); n != senders*each {
+			t.Fatalf("round %d: %d envelopes queued, want %d", round, n, senders*each)
+		}
+		for i := range senders * each {
+			if env := <-s.out; env.GetRevision() != uint64(i+1) {
+				t.Fatalf("round %d: envelope %d on the stream has revision %d, want %d", round, i, env.GetRevision(), i+1)
+			}
+		}
+		if n := h.Pending(node); n != senders*each {
+			t.Fatalf("round %d: %d pending, want %d", round, n, senders*each)
+		}
+	}
+}
+
+// TestAckedSnapshotSettlesEarlierEnvelopes: an agent that saw a gap never
+// acks the envelopes before the snapshot it asked for; acking the snapshot
+// settles them, and nothing sent after it.
+func TestAckedSnapshotSettlesEarlierEnvelopes(t *testing.T) {
+	const node = "n1"
+	h, s := bareHub(node)
+	for i := range 3 {
+		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: fmt.Sprint("w", i), Type: "noop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.sendSnapshot(t.Context(), s, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "after", Type: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	var snap, first *agentv1.Envelope
+	for range 5 {
+		env := <-s.out
+		switch {
+		case env.GetKind() == agentv1.Kind_KIND_SNAPSHOT:
+			snap = env
+		case first == nil:
+			first = env
+		}
+	}
+	s.ack(first.GetId())
+	if n := h.Pending(node); n != 4 {
+		t.Fatalf("after acking one dispatch: %d pending, want 4", n)
+	}
+	s.ack(snap.GetId())
+	if n := h.Pending(node); n != 1 {
+		t.Fatalf("after acking the snapshot: %d pending, want 1 (the dispatch sent after it)", n)
+	}
+	s.ack(snap.GetId()) // acks may repeat
+	if n := h.Pending(node); n != 1 {
+		t.Fatalf("after a repeated ack: %d pending, want 1", n)
+	}
+}
+
+// TestClosedSessionRefusesSends: Dispatch on a stream that is closing fails
+// instead of queuing what will never be sent.
+func TestClosedSessionRefusesSends(t *testing.T) {
+	const node = "n1"
+	h, s := bareHub(node)
+	s.close("test")
+	for range 100 {
+		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "w", Type: "noop"}); err == nil {
+			t.Fatal("Dispatch on a closed stream succeeded")
+		}
+	}
+}
