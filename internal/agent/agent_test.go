@@ -303,6 +303,7 @@ func TestHandleRevisions(t *testing.T) {
 		{"a message for another node is ignored", protocol.NewDispatch("n2", 7, it("other")), false, 0, nil, 6},
 		{"a malformed message is ignored", &agentv1.Envelope{Id: "m", Node: "n1", Kind: agentv1.Kind_KIND_DISPATCH}, false, 0, nil, 6},
 		{"a cancel is applied", protocol.NewCancel("n1", 7, "gap"), true, 0, nil, 7},
+		{"a snapshot that drops items cancels and forgets them", protocol.NewSnapshot("n1", 8, []*agentv1.WorkItem{it("gap")}), true, 0, []string{"gap"}, 8},
 	}
 	for _, s := range steps {
 		if err := a.handle(ctx, hub, tr, s.env); err != nil {
@@ -334,79 +335,136 @@ func TestHandleRevisions(t *testing.T) {
 	if w, ok, err := a.db.Work(ctx, "gap"); err != nil || !ok || w.Phase != PhaseCancelled {
 		t.Fatalf("cancelled item: %+v %v %v, want phase Cancelled", w, ok, err)
 	}
-	if _, ok, _ := a.db.Work(ctx, "stale"); ok {
-		t.Fatal("the stale dispatch was stored")
+	for _, uid := range []string{"stale", "a", "b"} {
+		if _, ok, _ := a.db.Work(ctx, uid); ok {
+			t.Errorf("the DB holds %s, which the hub never sent or dropped", uid)
+		}
+	}
+	// One Cancelled status each for the cancelled and the dropped items.
+	var got []string
+	for _, e := range outbox(t, a) {
+		if w := e.GetStatus().GetWork(); w != nil {
+			got = append(got, w.GetUid()+"="+w.GetPhase())
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"a=Cancelled", "b=Cancelled", "gap=Cancelled"}; !slices.Equal(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
 	}
 }
 
-// TestRunWork runs the work loop on its own: each item runs once however
-// often it is scheduled, an unknown type fails, and an item that was running
-// when the agent stopped is reported Failed on the next start.
-func TestRunWork(t *testing.T) {
+func TestNodeStateWork(t *testing.T) {
+	w := func(uid, phase string) store.Work { return store.Work{UID: uid, Phase: phase} }
+	all := []store.Work{
+		w("done1", PhaseSucceeded), w("run1", PhaseRunning), w("done2", PhaseFailed),
+		w("pend1", PhasePending), w("done3", PhaseCancelled), w("new", ""),
+	}
+	uids := func(ws []*agentv1.WorkStatus) string {
+		var out []string
+		for _, w := range ws {
+			out = append(out, w.GetUid())
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		max  int
+		want string
+	}{
+		{10, "done1,run1,done2,pend1,done3,new"},
+		{6, "done1,run1,done2,pend1,done3,new"},
+		{5, "run1,pend1,new,done2,done3"}, // unfinished first, then the latest finished
+		{3, "run1,pend1,new"},
+		{2, "run1,pend1"},
+	} {
+		if got := uids(nodeStateWork(all, tc.max)); got != tc.want {
+			t.Errorf("max %d: %s, want %s", tc.max, got, tc.want)
+		}
+	}
+}
+
+// TestCancelInterruptsARunningItem: the runner's context ends, and the item
+// ends once, as Cancelled, whatever the runner returns afterwards.
+func TestCancelInterruptsARunningItem(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var mu sync.Mutex
-	runs := map[string]int{}
-	a := newTestAgent(t, map[string]Runner{"count": RunnerFunc(func(_ context.Context, w store.Work) (string, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		runs[w.UID]++
-		return PhaseSucceeded, "counted"
+	started, returned := make(chan struct{}), make(chan string, 1)
+	a := newTestAgent(t, map[string]Runner{"wait": RunnerFunc(func(ctx context.Context, _ store.Work) (string, string) {
+		close(started)
+		select {
+		case <-ctx.Done():
+			returned <- "interrupted"
+			return PhaseFailed, "interrupted"
+		case <-time.After(testTimeout):
+			returned <- "not interrupted"
+			return PhaseSucceeded, "not interrupted"
+		}
 	})})
-	for _, w := range []store.Work{{UID: "once", Type: "count", Phase: PhasePending}, {UID: "unknown", Type: "nope", Phase: PhasePending}} {
+	for _, w := range []store.Work{{UID: "w", Type: "wait", Phase: PhasePending}, {UID: "after", Type: "noop", Phase: PhasePending}} {
 		if _, err := a.db.PutWork(ctx, w); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, uid := range []string{"once", "once", "unknown", "once"} {
-		a.schedule(uid)
-	}
+	a.schedule("w")
 	done := make(chan error, 1)
 	go func() { done <- a.runWork(ctx) }()
-
-	deadline := time.Now().Add(testTimeout)
-	for {
-		envs := outbox(t, a)
-		if len(envs) == 2 {
-			got := map[string]string{}
-			for _, e := range envs {
-				got[e.GetStatus().GetWork().GetUid()] = e.GetStatus().GetWork().GetPhase()
-			}
-			if got["once"] != PhaseSucceeded || got["unknown"] != PhaseFailed {
-				t.Fatalf("statuses %v", got)
-			}
-			break
+	select {
+	case <-started:
+	case <-time.After(testTimeout):
+		t.Fatal("the runner did not start")
+	}
+	if err := a.cancel(ctx, "w", "cancelled by the hub"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-returned; got != "interrupted" {
+		t.Fatalf("runner %s", got)
+	}
+	a.schedule("w")     // a re-delivery must not run it again
+	a.schedule("after") // runs after the re-delivery was handled
+	statuses := func() []string {
+		var got []string
+		for _, e := range outbox(t, a) {
+			got = append(got, e.GetStatus().GetWork().GetUid()+" "+e.GetStatus().GetWork().GetPhase()+": "+e.GetStatus().GetWork().GetReason())
 		}
+		return got
+	}
+	deadline := time.Now().Add(testTimeout)
+	for len(statuses()) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("outbox holds %d reports after %s, want 2", len(envs), testTimeout)
+			t.Fatalf("statuses %q after %s, want 2", statuses(), testTimeout)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := statuses(), []string{"w Cancelled: cancelled by the hub", "after Succeeded: "}; !slices.Equal(got, want) {
+		t.Fatalf("statuses %q, want %q", got, want)
+	}
+}
+
+// TestRunWorkStopsCleanly: stopping the agent while the loop picks an item
+// is a clean stop, not an error from the cancelled DB call.
+func TestRunWorkStopsCleanly(t *testing.T) {
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		a := newTestAgent(t, nil)
+		if _, err := a.db.PutWork(ctx, store.Work{UID: "w", Type: "noop", Phase: PhasePending}); err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(testTimeout):
-		t.Fatal("runWork did not return after its context ended")
-	}
-	mu.Lock()
-	n := runs["once"]
-	mu.Unlock()
-	if n != 1 {
-		t.Fatalf("ran %d times, want 1", n)
-	}
-
-	// A restart finds an item Running: it is not run again but reported Failed.
-	if _, err := a.db.PutWork(context.Background(), store.Work{UID: "interrupted", Type: "count", Phase: PhaseRunning}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.recoverWork(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w, _, err := a.db.Work(context.Background(), "interrupted")
-	if err != nil || w.Phase != PhaseFailed || !strings.Contains(w.Reason, "restarted") {
-		t.Fatalf("interrupted item after recovery: %+v (%v), want Failed because of the restart", w, err)
+		for range 100 {
+			a.schedule("w")
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.runWork(ctx) }()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("runWork after its context ended: %v", err)
+			}
+		case <-time.After(testTimeout):
+			t.Fatal("runWork did not return")
+		}
 	}
 }

@@ -56,6 +56,9 @@ func (a *Agent) runWork(ctx context.Context) error {
 		}
 		w, rctx, ok, err := a.claim(ctx, uid)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopping: the DB call was cancelled, the item stays Pending
+			}
 			return err
 		}
 		if !ok {
