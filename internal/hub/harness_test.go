@@ -75,7 +75,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects log output of hubs and agents; a failed test prints it.
+// syncBuffer collects log output of hubs and agents; a failed test prints
+// it, and so does every test when DROVER_TEST_LOGS is set.
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -110,7 +111,7 @@ func newFixture(t *testing.T, ns string) *fixture {
 	f.logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Registered first, so it runs last: after every hub and agent stopped.
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("DROVER_TEST_LOGS") != "" {
 			t.Logf("hub and agent logs:\n%s", f.logs.String())
 		}
 	})

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -363,5 +364,70 @@ func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
 	waitNoPending(t, h, node)
 	if n := h.counter(t, "drover_hub_messages_received_total", "KIND_FULL_SYNC_REQUEST"); n != 0 {
 		t.Errorf("the agent asked for %v full syncs, want none", n)
+	}
+}
+
+func (w *works) remove(node, uid string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.items[node] = slices.DeleteFunc(w.items[node], func(it *agentv1.WorkItem) bool { return it.GetUid() == uid })
+}
+
+// TestCancellingRunningWork stops a running item two ways: Hub.Cancel on the
+// open stream, and dropping it from the WorkSource while the node is away
+// (its next snapshot does not list it). Either way the runner is interrupted
+// and the sink gets one Cancelled status, not the runner's later verdict.
+func TestCancellingRunningWork(t *testing.T) {
+	cases := []struct {
+		name   string
+		cancel func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, ws *works, uid string)
+		reason string
+	}{
+		{"Hub.Cancel", func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, ws *works, uid string) {
+			ws.remove(a.opts.Node, uid)
+			if err := h.Cancel(a.opts.Node, uid); err != nil {
+				t.Fatal(err)
+			}
+		}, "cancelled by the hub"},
+		{"dropped from the WorkSource while the stream is down", func(t *testing.T, f *fixture, h *runningHub, a *runningAgent, ws *works, uid string) {
+			ws.remove(a.opts.Node, uid)
+			h.session(t, a.opts.Node).close("test breaks the stream")
+		}, "no longer in the hub's snapshot"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf("hub-cancel-%d", i))
+			node := fmt.Sprintf("cancel-node-%d", i)
+			snk := &sink{}
+			ws := &works{}
+			h := f.startHub(Options{Name: "hub-cancel", Work: ws, Status: snk})
+			r := newRunner()
+			r.gate = make(chan struct{}) // never opened: only the cancel ends the run
+			a := f.startAgent(f.agentOpts(node, h, r))
+			waitConnected(t, h, node)
+			it := item("w-cancel", "test", "")
+			ws.add(node, it)
+			if err := h.Dispatch(node, it); err != nil {
+				t.Fatal(err)
+			}
+			r.waitStarted(t, "w-cancel")
+
+			tc.cancel(t, f, h, a, ws, "w-cancel")
+			got := snk.waitStatus(t, node, "w-cancel", agent.PhaseCancelled)
+			if got[0].GetReason() != tc.reason {
+				t.Errorf("reason %q, want %q", got[0].GetReason(), tc.reason)
+			}
+			waitConnected(t, h, node)
+			waitNoPending(t, h, node)
+			testenv.Never(t, settle, "a second status of w-cancel", func(context.Context) (bool, error) {
+				if got := snk.statuses(node, "w-cancel"); len(got) != 1 {
+					return true, fmt.Errorf("statuses %v", got)
+				}
+				return false, nil
+			})
+			if n := r.count("w-cancel"); n != 1 {
+				t.Errorf("runner ran w-cancel %d times, want 1", n)
+			}
+		})
 	}
 }
