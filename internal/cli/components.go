@@ -6,18 +6,21 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/featuregate"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/drover-fleet/drover/internal/features"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/manager"
 )
@@ -34,12 +37,15 @@ type componentOptions struct {
 	offlineTimeout   time.Duration
 	heartbeatRefresh time.Duration
 	leaderElect      bool
+	gates            featuregate.MutableFeatureGate
 }
 
 func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.namespace, "namespace", "drover-system", "namespace for Drover's CA, bootstrap tokens and hub Leases")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus /metrics address; 0 disables")
 	fs.DurationVar(&c.offlineTimeout, "offline-timeout", 5*time.Minute, "a node silent this long is Offline")
+	c.gates = features.New()
+	fs.Var(features.Flag{Gate: c.gates}, "feature-gates", "comma-separated name=bool pairs (a bare name means true). Known: "+strings.Join(c.gates.KnownFeatures(), "; "))
 }
 
 func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
@@ -90,7 +96,8 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 	}
 	r := &running{mgr: mgr}
 	if withManager {
-		if err := manager.Setup(mgr, manager.Options{Namespace: c.namespace, OfflineTimeout: c.offlineTimeout}); err != nil {
+		if err := manager.Setup(mgr, manager.Options{Namespace: c.namespace, OfflineTimeout: c.offlineTimeout,
+			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2)}); err != nil {
 			return nil, err
 		}
 	}

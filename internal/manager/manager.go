@@ -11,6 +11,7 @@ import (
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/controllers/fleetnode"
+	"github.com/drover-fleet/drover/internal/controllers/nodejob"
 )
 
 // Scheme returns a scheme with Kubernetes' built-in kinds and Drover's.
@@ -34,6 +35,9 @@ type Options struct {
 	Namespace string
 	// OfflineTimeout: a node whose hub's Lease lapsed this long ago is Offline. Default: 5m.
 	OfflineTimeout time.Duration
+	// NodeJobs runs the NodeUpgradeJob and ImagePrePullJob controllers
+	// (off with --feature-gates=disableNodeTaskV1alpha2).
+	NodeJobs bool
 }
 
 // Setup registers every controller with mgr.
@@ -53,6 +57,20 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FleetNode controller: %w", err)
+	}
+	if !opts.NodeJobs {
+		return nil
+	}
+	rec := mgr.GetEventRecorder("drover-manager")
+	upgrades := &nodejob.Reconciler[*opsv1.NodeUpgradeJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
+		New: func() *opsv1.NodeUpgradeJob { return &opsv1.NodeUpgradeJob{} }}
+	if err := upgrades.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up NodeUpgradeJob controller: %w", err)
+	}
+	pulls := &nodejob.Reconciler[*opsv1.ImagePrePullJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
+		New: func() *opsv1.ImagePrePullJob { return &opsv1.ImagePrePullJob{} }}
+	if err := pulls.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up ImagePrePullJob controller: %w", err)
 	}
 	return nil
 }

@@ -48,10 +48,11 @@ type Result struct {
 //     timeout of their last action (a node waiting for confirmation waits
 //     as long as it takes), so that one silent node never wedges the job;
 //  2. if the job is aborted, fails the nodes that have not started;
-//  3. otherwise admits Pending nodes, by name, while fewer than Concurrency
-//     are InProgress: an Online node becomes InProgress (its hub dispatches
-//     it); a node that is missing, revoked, not approved or Offline fails at
-//     once with the reason, without taking a slot.
+//  3. otherwise fails at once, with the reason, every Pending node that is
+//     missing, revoked, not approved or not connected to a hub (it would
+//     only time out), and admits Online ones, by name, while fewer than
+//     Concurrency are InProgress: they become InProgress and their hubs
+//     dispatch them.
 func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[string]NodeState) Result {
 	var res Result
 	mtime := metav1.NewTime(now.Truncate(time.Second))
@@ -108,9 +109,6 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 		return res
 	}
 	for _, i := range pending {
-		if inFlight >= in.Concurrency {
-			break
-		}
 		e := entries[i]
 		n := nodes[e.NodeName]
 		if why := unfit(e.NodeName, n); why != "" {
@@ -118,6 +116,9 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 				t.Phase = opsv1.NodeTaskPhaseFailure
 				t.Reason = why
 			})
+			continue
+		}
+		if inFlight >= in.Concurrency {
 			continue
 		}
 		change(e, func(t *opsv1.NodeTaskStatus) {

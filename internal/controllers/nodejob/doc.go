@@ -1,0 +1,14 @@
+// Package nodejob is the manager's controller for node jobs
+// (NodeUpgradeJob, ImagePrePullJob). It is the only writer of a job's
+// status (seed 000's data flow: hubs may be many, the manager is one):
+//
+//   - Init: it resolves the target nodes, writes their Pending tasks into
+//     NodeTaskSlices owned by the job, and sets the phase to Init;
+//   - then, on every change of the job or its slices, it runs
+//     internal/nodejob.Step (timeouts → Unknown, abort, admission within
+//     concurrency), writes the changed entries back with a compare-and-set
+//     merge, recounts, and sets the phase with internal/nodejob.Phase.
+//
+// Completed and Failure are final. Hubs dispatch the admitted nodes they
+// serve and write the agents' reports into the slices.
+package nodejob
