@@ -7,6 +7,15 @@
 // drover-hub-<name> in the Drover namespace; the manager marks a hub's nodes
 // Offline only when that Lease has lapsed and no other hub took them over.
 //
+// Work: components that decide what a node runs hand the hub items with
+// Dispatch and withdraw them with Cancel, list each node's items through
+// Options.Work (a WorkSource), and follow what agents report through
+// Options.Status (a StatusSink). Dispatch and Cancel are sent once on the
+// node's open stream; a node that reconnects gets a snapshot of its
+// WorkSource list instead of the messages it missed, and cancels what the
+// list no longer holds. Revisions on a stream are strictly in order; the
+// agent asks for a snapshot when it sees a gap.
+//
 // What it does not do: decide which node runs what (the manager does), or
 // keep anything a restart would lose.
 package hub
