@@ -162,7 +162,7 @@ func TestReportsAreQueuedInRevisionOrder(t *testing.T) {
 	for i := range n {
 		wg.Add(2)
 		go func() { defer wg.Done(); errs <- a.finish(ctx, fmt.Sprintf("w%d", i), PhaseSucceeded, "") }()
-		go func() { defer wg.Done(); errs <- a.reportNodeState(ctx) }()
+		go func() { defer wg.Done(); _, err := a.reportNodeState(ctx); errs <- err }()
 	}
 	wg.Wait()
 	close(errs)
@@ -218,7 +218,7 @@ func TestAckedRevision(t *testing.T) {
 	if err := a.finish(ctx, "w", PhaseSucceeded, ""); err != nil { // revision 4, queued
 		t.Fatal(err)
 	}
-	if err := a.reportNodeState(ctx); err != nil { // revision 5, queued
+	if _, err := a.reportNodeState(ctx); err != nil { // revision 5, queued
 		t.Fatal(err)
 	}
 	check(3)
@@ -233,10 +233,13 @@ func TestAckedRevision(t *testing.T) {
 	check(5)
 }
 
-// fakeHub is an AgentHubClient that records what the agent sends.
+// fakeHub is an AgentHubClient that records what the agent sends. With a
+// tracker it answers reports as the hub does: a gap asks for a full sync,
+// an old revision is a duplicate.
 type fakeHub struct {
-	mu   sync.Mutex
-	sent []*agentv1.Envelope
+	mu      sync.Mutex
+	sent    []*agentv1.Envelope
+	tracker *protocol.Tracker
 }
 
 func (f *fakeHub) Register(context.Context, *agentv1.RegisterRequest, ...grpc.CallOption) (*agentv1.RegisterResponse, error) {
@@ -251,7 +254,19 @@ func (f *fakeHub) SendMessage(_ context.Context, env *agentv1.Envelope, _ ...grp
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sent = append(f.sent, env)
-	return &agentv1.SendResponse{}, nil
+	if f.tracker == nil {
+		return &agentv1.SendResponse{}, nil
+	}
+	var v protocol.Verdict
+	switch env.GetKind() {
+	case agentv1.Kind_KIND_STATUS:
+		v = f.tracker.Step(env.GetRevision())
+	case agentv1.Kind_KIND_NODE_STATE:
+		v = f.tracker.Reset(env.GetRevision())
+	default:
+		return &agentv1.SendResponse{}, nil
+	}
+	return &agentv1.SendResponse{FullSyncRequired: v == protocol.Gap, Duplicate: v == protocol.Duplicate || v == protocol.Stale}, nil
 }
 
 // take returns and forgets what was sent.
@@ -466,5 +481,51 @@ func TestRunWorkStopsCleanly(t *testing.T) {
 		case <-time.After(testTimeout):
 			t.Fatal("runWork did not return")
 		}
+	}
+}
+
+// TestOneFullSyncPerGap: after the hub reports a gap in the agent's reports,
+// the agent queues one NodeState and does not send the status reports it
+// covers (each would be another gap, and another NodeState).
+func TestOneFullSyncPerGap(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newTestAgent(t, nil)
+	for i := range 4 {
+		uid := fmt.Sprint("w", i)
+		if _, err := a.db.PutWork(ctx, store.Work{UID: uid, Type: "noop", Phase: PhaseRunning}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.finish(ctx, uid, PhaseSucceeded, ""); err != nil { // status at revision i+1
+			t.Fatal(err)
+		}
+	}
+	lost := outbox(t, a)[0] // the hub never gets revision 1
+	if err := a.db.Ack(ctx, lost.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	hub := &fakeHub{tracker: protocol.NewTracker(0)}
+	done := make(chan error, 1)
+	go func() { done <- a.flushOutbox(ctx, hub) }()
+	deadline := time.Now().Add(testTimeout)
+	for len(outbox(t, a)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox not flushed after %s", testTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range hub.take() {
+		got = append(got, fmt.Sprintf("%s@%d", strings.TrimPrefix(e.GetKind().String(), "KIND_"), e.GetRevision()))
+	}
+	if want := []string{"STATUS@2", "NODE_STATE@5"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	if hub.tracker.Last() != 5 {
+		t.Fatalf("hub at revision %d, want 5", hub.tracker.Last())
 	}
 }

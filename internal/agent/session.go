@@ -67,7 +67,7 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 		}
 	}
 	a.log.Info("connected", "hub", hub, "hubRevision", hubRev, "agentRevision", acked)
-	if err := a.reportNodeState(ctx); err != nil {
+	if _, err := a.reportNodeState(ctx); err != nil {
 		return err
 	}
 
@@ -161,6 +161,10 @@ func (a *Agent) enqueue(ctx context.Context, env *agentv1.Envelope) error {
 
 // flushOutbox sends queued reports in order until each is accepted.
 func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) error {
+	// Status reports below covered are superseded by a NodeState queued
+	// because the hub saw a gap: the hub would see each of them as a gap
+	// too, and answer each with another full-sync request.
+	var covered uint64
 	for {
 		msgs, err := a.db.Pending(ctx, 64)
 		if err != nil {
@@ -170,6 +174,12 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 			env, err := protocol.Decode(m.Data)
 			if err != nil {
 				a.log.Error("dropping undecodable outbox message", "id", m.ID, "err", err)
+				if err := a.db.Ack(ctx, m.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			if env.GetKind() == agentv1.Kind_KIND_STATUS && env.GetRevision() < covered {
 				if err := a.db.Ack(ctx, m.ID); err != nil {
 					return err
 				}
@@ -187,7 +197,7 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 				return err
 			}
 			if resp.GetFullSyncRequired() {
-				if err := a.reportNodeState(ctx); err != nil {
+				if covered, err = a.reportNodeState(ctx); err != nil {
 					return err
 				}
 			}
@@ -203,20 +213,21 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 	}
 }
 
-// reportNodeState queues the agent's whole state at a new revision.
-func (a *Agent) reportNodeState(ctx context.Context) error {
+// reportNodeState queues the agent's whole state at a new revision, which
+// it returns.
+func (a *Agent) reportNodeState(ctx context.Context) (uint64, error) {
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
 	ws, err := a.db.ListWork(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	statuses := nodeStateWork(ws, protocol.MaxWorkItems)
 	rev, err := a.db.NextAgentRevision(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return a.enqueue(ctx, protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses))
+	return rev, a.enqueue(ctx, protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses))
 }
 
 // nodeStateWork is what a NodeState reports of ws (in delivery order): all
