@@ -529,3 +529,77 @@ func TestOneFullSyncPerGap(t *testing.T) {
 		t.Fatalf("hub at revision %d, want 5", hub.tracker.Last())
 	}
 }
+
+// TestARunnersVerdictIsClippedToTheProtocol: a runner's phase and reason go
+// into a report; one longer than the protocol allows, or not UTF-8, must not
+// stop the agent (the report could never be encoded).
+func TestARunnersVerdictIsClippedToTheProtocol(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := strings.Repeat("é", protocol.MaxTextBytes) // 2 bytes each
+	a := newTestAgent(t, map[string]Runner{
+		"long":   RunnerFunc(func(context.Context, store.Work) (string, string) { return PhaseFailed, long }),
+		"binary": RunnerFunc(func(context.Context, store.Work) (string, string) { return "Odd\xff", "bad \xff\xfe bytes" }),
+	})
+	for _, w := range []store.Work{{UID: "long", Type: "long"}, {UID: "binary", Type: "binary"}, {UID: "after", Type: "noop"}} {
+		if _, err := a.db.PutWork(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		a.schedule(w.UID)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.runWork(ctx) }()
+	deadline := time.Now().Add(testTimeout)
+	for len(outbox(t, a)) < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("the work loop stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reports after %s, want 3", len(outbox(t, a)), testTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range outbox(t, a) {
+		w := e.GetStatus().GetWork()
+		if len(w.GetReason()) > protocol.MaxTextBytes || len(w.GetPhase()) > protocol.MaxTextBytes {
+			t.Errorf("%s: phase %d bytes, reason %d bytes, over %d", w.GetUid(), len(w.GetPhase()), len(w.GetReason()), protocol.MaxTextBytes)
+		}
+		switch w.GetUid() {
+		case "long":
+			if !strings.HasPrefix(w.GetReason(), "éé") || w.GetPhase() != PhaseFailed {
+				t.Errorf("long: %q %q", w.GetPhase(), w.GetReason()[:10])
+			}
+		case "binary":
+			if w.GetPhase() != "Odd\uFFFD" || w.GetReason() != "bad \uFFFD bytes" {
+				t.Errorf("binary: %q %q", w.GetPhase(), w.GetReason())
+			}
+		}
+	}
+}
+
+func TestClipText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"abc", 10, "abc"},
+		{"abcdef", 6, "abcdef"},
+		{"abcdef", 5, "ab…"},
+		{"éé", 4, "éé"},
+		{"ééé", 5, "é…"},
+		{"éééé", 6, "é…"}, // never cuts a rune in two
+		{"a\xffb", 10, "a\uFFFDb"},
+	} {
+		got := clipText(tc.in, tc.max)
+		if got != tc.want || len(got) > tc.max {
+			t.Errorf("clipText(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+}

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -117,6 +119,9 @@ func (a *Agent) finish(ctx context.Context, uid, phase, reason string) error {
 }
 
 func (a *Agent) finishLocked(ctx context.Context, uid, phase, reason string) error {
+	// A runner's verdict goes into a report: keep it within the protocol, or
+	// the report could never be encoded (and the item never reported).
+	phase, reason = clipText(phase, protocol.MaxTextBytes), clipText(reason, protocol.MaxTextBytes)
 	if a.running.uid == uid {
 		a.running.stop()
 		a.running.uid, a.running.stop = "", nil
@@ -139,4 +144,18 @@ func (a *Agent) finishLocked(ctx context.Context, uid, phase, reason string) err
 // An item that already ended is left as it is.
 func (a *Agent) cancel(ctx context.Context, uid, reason string) error {
 	return a.finish(ctx, uid, PhaseCancelled, reason)
+}
+
+// clipText makes s valid UTF-8 of at most max bytes, marking a cut with "…".
+func clipText(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	const more = "…"
+	cut := s[:max-len(more)]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + more
 }
