@@ -19,22 +19,36 @@ import (
 func newGetCommand(g *globalOptions) *cobra.Command {
 	var selector string
 	cmd := &cobra.Command{
-		Use:   "get nodes [NAME...]",
-		Short: "List fleet nodes",
+		Use:   "get nodes|nodeupgradejobs|imageprepulljobs [NAME...]",
+		Short: "List fleet nodes or node jobs",
 		Example: `  drover get nodes
   drover get nodes edge-1 edge-2
-  drover get nodes -l site=berlin`,
+  drover get nodes -l site=berlin
+  drover get nodeupgradejobs`,
 		Args:      cobra.MinimumNArgs(1),
-		ValidArgs: []string{"nodes", "fleetnodes", "fn"},
+		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch args[0] {
-			case "nodes", "node", "fleetnodes", "fleetnode", "fn":
-			default:
-				return fmt.Errorf("unknown resource %q: try `drover get nodes`", args[0])
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			if k, ok := findJobKind(args[0]); ok {
+				jobs, err := getJobs(cmd.Context(), c, k, args[1:])
+				if len(jobs) == 0 && err == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "No %ss found.\n", k.kind)
+					return nil
+				}
+				if len(jobs) > 0 {
+					if perr := printJobs(cmd.OutOrStdout(), jobs, time.Now()); perr != nil {
+						return perr
+					}
+				}
+				return err
+			}
+			switch args[0] {
+			case "nodes", "node", "fleetnodes", "fleetnode", "fn":
+			default:
+				return fmt.Errorf("unknown resource %q: try nodes, nodeupgradejobs or imageprepulljobs", args[0])
 			}
 			sel, err := labels.Parse(selector)
 			if err != nil {

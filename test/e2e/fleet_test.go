@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 )
 
 // TestFleet shares one `drover server` between user stories, each with its
@@ -227,4 +229,50 @@ func TestFleet(t *testing.T) {
 		}
 		_ = filepath.Join
 	})
+}
+
+// TestNodeJobCLI drives a NodeUpgradeJob through `drover server`'s manager
+// with the CLI. No hub executes it yet, so the admitted node times out to
+// Unknown: what matters here is what an operator sees.
+func TestNodeJobCLI(t *testing.T) {
+	c := startCluster(t)
+	c.startAgent(t, "edge-job", t.TempDir(), "--hub", c.hub, "--token", c.token(t, true, time.Hour), "--labels", "ring=canary")
+	c.waitPhase(t, "edge-job", fleetv1.FleetNodeOnline, defaultTimeout)
+
+	job := &opsv1.NodeUpgradeJob{ObjectMeta: metav1.ObjectMeta{Name: "canary"}, Spec: opsv1.NodeUpgradeJobSpec{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ring": "canary"}},
+		Version:       "v0.0.2", RequireConfirmation: true,
+		Artifact:     opsv1.AgentArtifact{URL: "https://example.com/drover-agent", SHA256: strings.Repeat("ab", 32)},
+		JobExecution: opsv1.JobExecution{TimeoutSeconds: 3},
+	}}
+	if err := c.client.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, defaultTimeout, func() string {
+		out, err := c.cli(t, "get", "nuj")
+		if err != nil || !regexp.MustCompile(`canary\s+(InProgress|Failure)\s+1\s`).MatchString(out) {
+			return fmt.Sprintf("drover get nuj = %q, %v", out, err)
+		}
+		return ""
+	})
+	if out, err := c.cli(t, "confirm", "canary", "edge-job"); err != nil || !strings.Contains(out, "confirmed for edge-job") {
+		t.Errorf("drover confirm = %q, %v", out, err)
+	}
+	eventually(t, defaultTimeout, func() string {
+		out, err := c.cli(t, "describe", "nodeupgradejob", "canary")
+		if err != nil || !strings.Contains(out, "Phase:       Failure") || !regexp.MustCompile(`edge-job\s+Unknown`).MatchString(out) || !strings.Contains(out, "no report within 3s") {
+			return fmt.Sprintf("drover describe = %q, %v", out, err)
+		}
+		return ""
+	})
+	out, err := c.cli(t, "watch", "nuj", "canary", "--timeout", "10s")
+	if err == nil || !strings.Contains(out, "Failure") || !strings.Contains(out, "edge-job Unknown") {
+		t.Errorf("drover watch on a failed job = %q, %v; want the failures and a non-zero exit", out, err)
+	}
+	if out, err := c.cli(t, "abort", "nuj", "canary"); err == nil || !strings.Contains(out, "already ended") {
+		t.Errorf("drover abort of an ended job = %q, %v", out, err)
+	}
+	if out, err := c.cli(t, "describe", "nuj", "nope"); err == nil || !strings.Contains(out, "not found") {
+		t.Errorf("drover describe of a missing job = %q, %v", out, err)
+	}
 }
