@@ -381,18 +381,24 @@ func TestNodeStateWork(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
+	// Sizes as nodeStateWork counts them: done1 30, run1 27, done2 27,
+	// pend1 28, done3 30, new 19; 161 in all.
 	for _, tc := range []struct {
-		max  int
-		want string
+		max, bytes int
+		want       string
 	}{
-		{10, "done1,run1,done2,pend1,done3,new"},
-		{6, "done1,run1,done2,pend1,done3,new"},
-		{5, "run1,pend1,new,done2,done3"}, // unfinished first, then the latest finished
-		{3, "run1,pend1,new"},
-		{2, "run1,pend1"},
+		{10, 1 << 20, "done1,run1,done2,pend1,done3,new"},
+		{6, 161, "done1,run1,done2,pend1,done3,new"},
+		{5, 1 << 20, "run1,pend1,new,done2,done3"}, // unfinished first, then the latest finished
+		{3, 1 << 20, "run1,pend1,new"},
+		{2, 1 << 20, "run1,pend1"},
+		{10, 160, "run1,pend1,new,done2,done3"},
+		{10, 110, "run1,pend1,new,done3"},
+		{10, 80, "run1,pend1,new"},
+		{10, 50, "run1"},
 	} {
-		if got := uids(nodeStateWork(all, tc.max)); got != tc.want {
-			t.Errorf("max %d: %s, want %s", tc.max, got, tc.want)
+		if got := uids(nodeStateWork(all, tc.max, tc.bytes)); got != tc.want {
+			t.Errorf("max %d items, %d bytes: %s, want %s", tc.max, tc.bytes, got, tc.want)
 		}
 	}
 }
@@ -601,5 +607,40 @@ func TestClipText(t *testing.T) {
 		if got != tc.want || len(got) > tc.max {
 			t.Errorf("clipText(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
 		}
+	}
+}
+
+// TestNodeStateFitsInAnEnvelope: however much work the DB holds, the
+// NodeState sent on every connect can be encoded; otherwise the agent could
+// never connect again.
+func TestNodeStateFitsInAnEnvelope(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAgent(t, nil)
+	reason := strings.Repeat("r", protocol.MaxTextBytes)
+	for i := range 1500 {
+		phase := PhaseFailed
+		if i%100 == 0 {
+			phase = PhaseRunning
+		}
+		if _, err := a.db.PutWork(ctx, store.Work{UID: fmt.Sprintf("w%04d", i), Type: "noop", Phase: phase, Reason: reason}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.reportNodeState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	envs := outbox(t, a)
+	work := envs[0].GetNodeState().GetWork()
+	running := 0
+	for _, w := range work {
+		if w.GetPhase() == PhaseRunning {
+			running++
+		}
+	}
+	if running != 15 {
+		t.Errorf("NodeState lists %d of the 15 running items", running)
+	}
+	if last := work[len(work)-1].GetUid(); last != "w1499" {
+		t.Errorf("NodeState ends with %s, want the latest item w1499", last)
 	}
 }

@@ -222,7 +222,7 @@ func (a *Agent) reportNodeState(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	statuses := nodeStateWork(ws, protocol.MaxWorkItems)
+	statuses := nodeStateWork(ws, protocol.MaxWorkItems, nodeStateBytes)
 	rev, err := a.db.NextAgentRevision(ctx)
 	if err != nil {
 		return 0, err
@@ -230,29 +230,45 @@ func (a *Agent) reportNodeState(ctx context.Context) (uint64, error) {
 	return rev, a.enqueue(ctx, protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses))
 }
 
+// nodeStateBytes bounds the work list of a NodeState: half an envelope,
+// leaving room for the NodeInfo (whose maps the protocol bounds too).
+const nodeStateBytes = protocol.MaxEnvelopeBytes / 2
+
 // nodeStateWork is what a NodeState reports of ws (in delivery order): all
-// of it when it fits in max entries, else the items that have not ended
-// first, then the most recently delivered ones that have. A NodeState over
-// the protocol's limit could never be sent, and the agent could never
-// connect again.
-func nodeStateWork(ws []store.Work, max int) []*agentv1.WorkStatus {
+// of it when it fits in maxItems entries and about maxBytes, else the items
+// that have not ended first, then the most recently delivered ones that
+// have. A NodeState over the protocol's limits could never be sent, and the
+// agent could never connect again.
+func nodeStateWork(ws []store.Work, maxItems, maxBytes int) []*agentv1.WorkStatus {
+	size := func(w store.Work) int { return len(w.UID) + len(w.Phase) + len(w.Reason) + 16 } // + tags, lengths
+	total := 0
+	for _, w := range ws {
+		total += size(w)
+	}
 	keep := ws
-	if len(ws) > max {
-		keep = make([]store.Work, 0, max)
+	if len(ws) > maxItems || total > maxBytes {
+		keep = make([]store.Work, 0, min(len(ws), maxItems))
+		used := 0
+		take := func(w store.Work) bool {
+			if len(keep) >= maxItems || used+size(w) > maxBytes {
+				return false
+			}
+			keep = append(keep, w)
+			used += size(w)
+			return true
+		}
 		for _, w := range ws {
-			if !terminal(w.Phase) && len(keep) < max {
-				keep = append(keep, w)
+			if !terminal(w.Phase) && !take(w) {
+				break
 			}
 		}
-		room := max - len(keep)
-		var ended []store.Work
-		for i := len(ws) - 1; i >= 0 && len(ended) < room; i-- {
-			if terminal(ws[i].Phase) {
-				ended = append(ended, ws[i])
+		unfinished := len(keep)
+		for i := len(ws) - 1; i >= 0; i-- {
+			if terminal(ws[i].Phase) && !take(ws[i]) {
+				break
 			}
 		}
-		slices.Reverse(ended)
-		keep = append(keep, ended...)
+		slices.Reverse(keep[unfinished:])
 	}
 	out := make([]*agentv1.WorkStatus, 0, len(keep))
 	for _, w := range keep {
