@@ -81,8 +81,17 @@ func (s *session) next(floor uint64, build func(rev uint64) *agentv1.Envelope) (
 	if s.reason != "" {
 		return nil, fmt.Errorf("stream closed: %s", s.reason)
 	}
-	s.rev = max(s.rev, floor) + 1
-	env := build(s.rev)
+	rev := max(s.rev, floor) + 1
+	env := build(rev)
+	// The agent ignores (and never acks) a malformed envelope, and its stream
+	// breaks on an oversized one: refuse them here, where the caller learns why.
+	if err := protocol.Validate(env); err != nil {
+		return nil, err
+	}
+	if n := proto.Size(env); n > protocol.MaxEnvelopeBytes {
+		return nil, fmt.Errorf("%s is %d bytes, more than the protocol's %d: %w", env.GetKind(), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
+	}
+	s.rev = rev
 	return env, s.pushLocked(env)
 }
 
@@ -264,6 +273,12 @@ func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) err
 	if _, err := s.next(agentHas, func(rev uint64) *agentv1.Envelope {
 		return protocol.NewSnapshot(s.node, rev, items)
 	}); err != nil {
+		if errors.Is(err, protocol.ErrMalformed) || errors.Is(err, protocol.ErrTooLarge) {
+			// The WorkSource's list breaks the protocol: the node cannot be
+			// synced until it changes. Retrying is all the agent can do.
+			h.log.Error("cannot build a snapshot of the node's work", "node", s.node, "items", len(items), "err", err)
+			return status.Errorf(codes.Internal, "hub %s cannot build the snapshot of node %s's work: %v", h.opts.Name, s.node, err)
+		}
 		return status.Errorf(codes.Aborted, "snapshot for node %s: %v", s.node, err)
 	}
 	h.metrics.dispatched.Add(float64(len(items)))

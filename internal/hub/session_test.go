@@ -2,16 +2,19 @@ package hub
 
 import (
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
 
 // bareHub is a Hub with a session for node and nothing else: no API, no
 // network. For tests of the session bookkeeping alone.
 func bareHub(node string) (*Hub, *session) {
-	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, metrics: newMetrics(nil), sessions: map[string]*session{}}
+	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
 	s := newSession(node, 0)
 	h.sessions[node] = s
 	return h, s
@@ -112,5 +115,45 @@ func TestClosedSessionRefusesSends(t *testing.T) {
 		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "w", Type: "noop"}); err == nil {
 			t.Fatal("Dispatch on a closed stream succeeded")
 		}
+	}
+}
+
+// TestSendsBreakingTheProtocolAreRefused: the agent ignores a malformed
+// envelope (never acking it) and drops its stream on an oversized one, so
+// the hub refuses to queue them and says why; the revision is not used up.
+func TestSendsBreakingTheProtocolAreRefused(t *testing.T) {
+	const node = "n1"
+	h, s := bareHub(node)
+	big := make([]*agentv1.WorkItem, 0, 3)
+	for i := range 3 {
+		big = append(big, &agentv1.WorkItem{Uid: fmt.Sprint("w", i), Type: "noop", Spec: make([]byte, protocol.MaxSpecBytes)})
+	}
+	h.opts.Work = &works{items: map[string][]*agentv1.WorkItem{node: big}}
+	for _, tc := range []struct {
+		name string
+		send func() error
+		want string
+	}{
+		{"a dispatch without a uid", func() error { return h.Dispatch(node, &agentv1.WorkItem{Type: "noop"}) }, "uid"},
+		{"a dispatch of a bad type", func() error { return h.Dispatch(node, &agentv1.WorkItem{Uid: "w", Type: "Not A Type"}) }, "type"},
+		{"a dispatch of an oversized spec", func() error {
+			return h.Dispatch(node, &agentv1.WorkItem{Uid: "w", Type: "noop", Spec: make([]byte, protocol.MaxSpecBytes+1)})
+		}, "spec"},
+		{"a cancel without a uid", func() error { return h.Cancel(node, "") }, "uid"},
+		{"a snapshot over the envelope limit", func() error { return h.sendSnapshot(t.Context(), s, 0) }, "envelope too large"},
+	} {
+		err := tc.send()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error about %q", tc.name, err, tc.want)
+		}
+	}
+	if len(s.out) != 0 || h.Pending(node) != 0 {
+		t.Fatalf("%d queued, %d pending after refusals", len(s.out), h.Pending(node))
+	}
+	if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "ok", Type: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	if env := <-s.out; env.GetRevision() != 1 {
+		t.Fatalf("the first valid dispatch has revision %d, want 1", env.GetRevision())
 	}
 }
