@@ -25,7 +25,15 @@ import (
 const (
 	TypeUpgrade = "nodejob.upgrade"
 	TypePrePull = "nodejob.prepull"
+	// TypeConfirm is dispatched, with uid ConfirmUID(upgrade uid), when an
+	// operator confirms a node waiting at WaitingConfirmation: an agent
+	// applies a uid once, so confirmation is an item of its own, which the
+	// upgrade runner looks for in the agent DB.
+	TypeConfirm = "nodejob.confirm"
 )
+
+// ConfirmUID is the uid of the confirmation item of upgrade item uid.
+func ConfirmUID(uid string) string { return uid + ".confirm" }
 
 // Phases of a node job's work status.
 const (
