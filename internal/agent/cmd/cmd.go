@@ -20,8 +20,18 @@ import (
 // Version is set at build time: -ldflags "-X github.com/drover-fleet/drover/internal/agent/cmd.Version=v1.2.3".
 var Version = "dev"
 
+// failAtStart is a test-only knob: a binary built with
+// -ldflags "-X github.com/drover-fleet/drover/internal/agent/cmd.failAtStart=true"
+// exits 1 before doing anything, --version included, so that upgrade tests
+// have a real binary that cannot start. Release builds never set it.
+var failAtStart = ""
+
 // Main parses args, runs the agent and returns the exit code.
 func Main(args []string) int {
+	if failAtStart == "true" {
+		fmt.Fprintln(os.Stderr, "drover-agent: built with failAtStart (a test binary that cannot start)")
+		return 1
+	}
 	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
 	var (
 		o         agent.Options
