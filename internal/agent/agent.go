@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -128,8 +129,9 @@ type Agent struct {
 		stop context.CancelFunc
 	}
 
-	kick chan struct{} // wakes the outbox flusher
-	work chan string   // uids to run
+	kick     chan struct{} // wakes the outbox flusher
+	work     chan string   // uids to run
+	overflow atomic.Bool   // schedule dropped a uid: work has Pending items not in the queue
 }
 
 // Run runs the agent until ctx ends or a FatalError.

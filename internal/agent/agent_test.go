@@ -644,3 +644,48 @@ func TestNodeStateFitsInAnEnvelope(t *testing.T) {
 		t.Errorf("NodeState ends with %s, want the latest item w1499", last)
 	}
 }
+
+// TestAFullWorkQueueLosesNothing: more items than the queue holds arrive at
+// once; those schedule could not queue still run, once each, without
+// waiting for a reconnect or a restart.
+func TestAFullWorkQueueLosesNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	a := newTestAgent(t, map[string]Runner{"count": RunnerFunc(func(_ context.Context, w store.Work) (string, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[w.UID]++
+		return PhaseSucceeded, ""
+	})})
+	a.work = make(chan string, 4)
+	const n = 30
+	for i := range n {
+		uid := fmt.Sprintf("w%02d", i)
+		if _, err := a.db.PutWork(ctx, store.Work{UID: uid, Type: "count", Phase: PhasePending}); err != nil {
+			t.Fatal(err)
+		}
+		a.schedule(uid)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.runWork(ctx) }()
+	deadline := time.Now().Add(testTimeout)
+	for len(outbox(t, a)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d items reported after %s", len(outbox(t, a)), n, testTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if uid := fmt.Sprintf("w%02d", i); runs[uid] != 1 {
+			t.Errorf("%s ran %d times, want 1", uid, runs[uid])
+		}
+	}
+}

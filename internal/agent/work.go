@@ -39,10 +39,27 @@ func (a *Agent) schedule(uid string) {
 	select {
 	case a.work <- uid:
 	default:
-		// The queue is full; the uid stays Pending in the DB and recoverWork
-		// or the next snapshot picks it up.
-		a.log.Warn("work queue full; item stays pending", "uid", uid)
+		// The queue is full; the uid stays Pending in the DB, and the work
+		// loop looks for such items once it has emptied the queue.
+		if !a.overflow.Swap(true) {
+			a.log.Warn("work queue full; items stay pending until it drains", "uid", uid)
+		}
 	}
+}
+
+// rescheduleDropped schedules the Pending items the DB holds, after the
+// queue overflowed and schedule dropped some.
+func (a *Agent) rescheduleDropped(ctx context.Context) error {
+	ws, err := a.db.ListWork(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if w.Phase == "" || w.Phase == PhasePending {
+			a.schedule(w.UID) // may overflow again: the next empty queue looks again
+		}
+	}
+	return nil
 }
 
 // runWork runs scheduled items one at a time, for the agent's whole life
@@ -55,6 +72,21 @@ func (a *Agent) runWork(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case uid = <-a.work:
+		default:
+			if a.overflow.Swap(false) {
+				if err := a.rescheduleDropped(ctx); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case uid = <-a.work:
+			}
 		}
 		w, rctx, ok, err := a.claim(ctx, uid)
 		if err != nil {
