@@ -160,6 +160,10 @@ func nodeLabels(info *agentv1.NodeInfo) map[string]string {
 
 // validateInfo checks what an agent reports before any of it reaches the API.
 func validateInfo(info *agentv1.NodeInfo) error {
+	// The protocol's bounds first (entries, sizes), then what the API accepts.
+	if err := protocol.CheckNodeInfo(info); err != nil {
+		return err
+	}
 	for k, v := range info.GetLabels() {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return fmt.Errorf("label key %q: %s", k, errs[0])

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -193,5 +194,42 @@ func TestAgentReportRevisions(t *testing.T) {
 		if n := len(snk.nodeStates(node)); n != s.states {
 			t.Fatalf("%s: sink got %d NodeStates, want %d", s.name, n, s.states)
 		}
+	}
+}
+
+// TestNodeInfoBeyondTheProtocolIsRefused: Register and GetMessage carry a
+// NodeInfo that ends up in the FleetNode; the hub holds it to the protocol's
+// bounds, not only to what the API accepts.
+func TestNodeInfoBeyondTheProtocolIsRefused(t *testing.T) {
+	f := newFixture(t, "hub-nodeinfo")
+	h := f.startHub(Options{Name: "hub-nodeinfo"})
+	const node = "nodeinfo-node"
+	n := f.registerRaw(h, node)
+	labels := map[string]string{}
+	for i := range protocol.MaxMapEntries + 1 {
+		labels[fmt.Sprintf("l%d", i)] = "v"
+	}
+	tooMany := &agentv1.NodeInfo{Labels: labels}
+	longText := &agentv1.NodeInfo{AgentVersion: strings.Repeat("v", protocol.MaxTextBytes+1)}
+	for name, info := range map[string]*agentv1.NodeInfo{"too many labels": tooMany, "a long agent version": longText} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			_, csr, err := pki.NewKeyAndCSR("nodeinfo-other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = n.client(t, h.addr, true).Register(ctx, &agentv1.RegisterRequest{Node: "nodeinfo-other", BootstrapToken: f.token(), Csr: csr, Info: info})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("Register: %v, want InvalidArgument", err)
+			}
+			stream, err := n.client(t, h.addr, false).GetMessage(ctx, &agentv1.GetMessageRequest{Info: info})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("GetMessage: %v, want InvalidArgument", err)
+			}
+		})
 	}
 }
