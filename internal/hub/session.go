@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,13 +44,23 @@ type session struct {
 	seen     map[string]struct{}
 	seenRing []string
 	agent    *protocol.Tracker // agent->hub report revisions
+
+	// While snapshots are being built (WorkFor runs unlocked), recent holds
+	// the Dispatch and Cancel envelopes queued meanwhile, so that a snapshot
+	// queued after them includes what they changed.
+	snapshotting int
+	recent       []*agentv1.Envelope
 }
 
-func newSession(node string, agentRev uint64) *session {
+// newSession starts a stream's bookkeeping. hubRev is the last hub->agent
+// revision the agent applied: the stream's revisions continue from it, so
+// that nothing sent before the first snapshot looks stale to the agent.
+func newSession(node string, hubRev, agentRev uint64) *session {
 	return &session{
 		node:    node,
 		out:     make(chan *agentv1.Envelope, sendQueue),
 		done:    make(chan struct{}),
+		rev:     hubRev,
 		pending: map[string]*agentv1.Envelope{},
 		seen:    map[string]struct{}{},
 		agent:   protocol.NewTracker(agentRev),
@@ -92,7 +103,35 @@ func (s *session) next(floor uint64, build func(rev uint64) *agentv1.Envelope) (
 		return nil, fmt.Errorf("%s is %d bytes, more than the protocol's %d: %w", env.GetKind(), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
 	}
 	s.rev = rev
-	return env, s.pushLocked(env)
+	if err := s.pushLocked(env); err != nil {
+		return nil, err
+	}
+	if s.snapshotting > 0 && env.GetKind() != agentv1.Kind_KIND_SNAPSHOT {
+		s.recent = append(s.recent, env)
+	}
+	return env, nil
+}
+
+// withRecentLocked is items as changed by the Dispatch and Cancel envelopes
+// queued after revision mark; items itself is not changed. s.mu is held.
+func (s *session) withRecentLocked(items []*agentv1.WorkItem, mark uint64) []*agentv1.WorkItem {
+	out := slices.Clone(items)
+	for _, env := range s.recent {
+		if env.GetRevision() <= mark {
+			continue
+		}
+		switch p := env.GetPayload().(type) {
+		case *agentv1.Envelope_Dispatch:
+			uid := p.Dispatch.GetItem().GetUid()
+			if !slices.ContainsFunc(out, func(it *agentv1.WorkItem) bool { return it.GetUid() == uid }) {
+				out = append(out, p.Dispatch.GetItem())
+			}
+		case *agentv1.Envelope_Cancel:
+			uid := p.Cancel.GetUid()
+			out = slices.DeleteFunc(out, func(it *agentv1.WorkItem) bool { return it.GetUid() == uid })
+		}
+	}
+	return out
 }
 
 // pushLocked queues env for the stream without blocking and tracks it as
@@ -194,7 +233,7 @@ func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStrea
 		return status.Errorf(codes.PermissionDenied, "node %s is not approved: run `drover approve %s`", node, node)
 	}
 
-	s := newSession(node, req.GetAgentRevision())
+	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision())
 	now := h.opts.Now()
 	h.mu.Lock()
 	old := h.sessions[node]
@@ -266,11 +305,27 @@ func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessa
 // sendSnapshot sends the node's whole desired state at a revision past what
 // the agent holds, so the agent replaces its view.
 func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) error {
+	// A Dispatch or Cancel may be queued while WorkFor runs, and the
+	// WorkSource may not show it yet. The snapshot comes after it on the
+	// stream, so it must show it: the agent cancels a dispatched item that
+	// the next snapshot leaves out.
+	s.mu.Lock()
+	s.snapshotting++
+	mark := s.rev
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.snapshotting--; s.snapshotting == 0 {
+			s.recent = nil
+		}
+		s.mu.Unlock()
+	}()
 	items, err := h.opts.Work.WorkFor(ctx, s.node)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "list work for node %s: %v", s.node, err)
 	}
 	if _, err := s.next(agentHas, func(rev uint64) *agentv1.Envelope {
+		items = s.withRecentLocked(items, mark)
 		return protocol.NewSnapshot(s.node, rev, items)
 	}); err != nil {
 		if errors.Is(err, protocol.ErrMalformed) || errors.Is(err, protocol.ErrTooLarge) {

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -15,7 +16,7 @@ import (
 // network. For tests of the session bookkeeping alone.
 func bareHub(node string) (*Hub, *session) {
 	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
-	s := newSession(node, 0)
+	s := newSession(node, 0, 0)
 	h.sessions[node] = s
 	return h, s
 }
@@ -155,5 +156,74 @@ func TestSendsBreakingTheProtocolAreRefused(t *testing.T) {
 	}
 	if env := <-s.out; env.GetRevision() != 1 {
 		t.Fatalf("the first valid dispatch has revision %d, want 1", env.GetRevision())
+	}
+}
+
+// gatedWorks is a WorkSource whose WorkFor waits for a signal, so that a
+// test can dispatch while a snapshot is being built.
+type gatedWorks struct {
+	items   []*agentv1.WorkItem
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedWorks) WorkFor(ctx context.Context, _ string) ([]*agentv1.WorkItem, error) {
+	close(g.entered)
+	<-g.release
+	return g.items, nil
+}
+
+// TestSnapshotShowsWhatWasSentWhileItWasBuilt: a Dispatch or Cancel queued
+// while WorkFor runs comes before the snapshot on the stream; the snapshot
+// must agree with it, or the agent cancels the item it just got (or revives
+// the one just cancelled).
+func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
+	const node, have = "n1", 10
+	h, _ := bareHub(node)
+	s := newSession(node, have, 0) // the agent applied revision 10 before
+	h.sessions[node] = s
+	listed := []*agentv1.WorkItem{{Uid: "kept", Type: "noop"}, {Uid: "cancelled", Type: "noop"}}
+	g := &gatedWorks{items: listed, entered: make(chan struct{}), release: make(chan struct{})}
+	h.opts.Work = g
+
+	done := make(chan error, 1)
+	go func() { done <- h.sendSnapshot(t.Context(), s, have) }()
+	<-g.entered
+	if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "new", Type: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Cancel(node, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	var got []string
+	for range 3 {
+		env := <-s.out
+		desc := fmt.Sprintf("%s@%d", strings.TrimPrefix(env.GetKind().String(), "KIND_"), env.GetRevision())
+		if snap := env.GetSnapshot(); snap != nil {
+			var uids []string
+			for _, it := range snap.GetItems() {
+				uids = append(uids, it.GetUid())
+			}
+			desc += "[" + strings.Join(uids, ",") + "]"
+		}
+		got = append(got, desc)
+	}
+	// Revisions continue from what the agent holds: nothing looks stale.
+	want := []string{"DISPATCH@11", "CANCEL@12", "SNAPSHOT@13[kept,new]"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("stream %v, want %v", got, want)
+	}
+	if len(listed) != 2 || listed[1].GetUid() != "cancelled" {
+		t.Fatal("the snapshot changed the WorkSource's slice")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.snapshotting != 0 || s.recent != nil {
+		t.Fatalf("snapshotting %d, %d recent envelopes kept after the snapshot", s.snapshotting, len(s.recent))
 	}
 }
