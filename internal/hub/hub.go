@@ -80,7 +80,10 @@ type WorkSource interface {
 //
 // Delivery is at least once: a report the hub applied but whose answer the
 // agent never got is sent again after a reconnect, possibly to another hub.
-// Within one stream a report is delivered once and in revision order.
+// Within one stream a report is delivered once and in revision order. After
+// a gap in the agent's revisions (a report lost or refused) the statuses up
+// to the agent's next NodeState are not delivered: that NodeState covers
+// them, so a sink that must not miss an end reconciles from NodeState.
 type StatusSink interface {
 	// WorkStatus is one change of one work item, e.g. Running -> Succeeded.
 	WorkStatus(ctx context.Context, node string, st *agentv1.WorkStatus)
