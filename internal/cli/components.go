@@ -23,6 +23,7 @@ import (
 	"github.com/drover-fleet/drover/internal/features"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/manager"
+	"github.com/drover-fleet/drover/internal/nodejob/executor"
 )
 
 // componentOptions are the flags of the parts `drover server`, `drover
@@ -102,7 +103,22 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		}
 	}
 	if withHub {
+		var (
+			work   hub.WorkSource
+			status hub.StatusSink
+			exec   *executor.Executor
+		)
+		if !c.gates.Enabled(features.DisableNodeTaskV1alpha2) {
+			exec = executor.New(executor.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+				Logger: log.With("component", "nodejob-executor"), Registerer: metrics.Registry})
+			if err := exec.SetupWithManager(mgr); err != nil {
+				return nil, fmt.Errorf("set up node job executor: %w", err)
+			}
+			work, status = exec, exec
+		}
 		h, err := hub.New(hub.Options{
+			Work:              work,
+			Status:            status,
 			Name:              c.hubName,
 			Client:            mgr.GetClient(),
 			APIReader:         mgr.GetAPIReader(),
@@ -117,6 +133,9 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		})
 		if err != nil {
 			return nil, err
+		}
+		if exec != nil {
+			exec.SetHub(h)
 		}
 		if err := mgr.Add(h); err != nil {
 			return nil, err

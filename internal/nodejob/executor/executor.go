@@ -1,0 +1,595 @@
+// Package executor is a hub's part of node jobs: it dispatches the nodes
+// the manager admitted (InProgress in a NodeTaskSlice) to the agents
+// connected to this hub, and writes the agents' reports back into the
+// slices in coalesced batches.
+//
+// Every hub runs one; none needs to be the leader. A node's work is the
+// job's uid, so whichever hub the node is connected to sends it, and a node
+// that moves hubs gets it again in the new hub's snapshot (WorkFor); the
+// agent applies a uid once.
+//
+// Concurrency is decided by the manager, which admits at most
+// spec.concurrency nodes across all hubs; timeouts too (a hub that dies
+// must not leave nodes InProgress forever).
+package executor
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/nodejob"
+	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// Hub is what the executor needs of a hub.
+type Hub interface {
+	Dispatch(node string, item *agentv1.WorkItem) error
+	Cancel(node, uid string) error
+	Connected(node string) bool
+}
+
+// Options configure an Executor.
+type Options struct {
+	// Client reads jobs and slices (cached) and writes slices.
+	Client client.Client
+	// APIReader reads slices afresh on a write conflict, and Secrets.
+	APIReader client.Reader
+	// FlushInterval is how long reports are gathered before a write. Default 250ms.
+	FlushInterval time.Duration
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
+	Now           func() time.Time
+}
+
+type jobRef struct {
+	kind, name string
+	uid        types.UID
+}
+
+type report struct {
+	phase string
+	r     wire.Report
+}
+
+// Executor implements hub.WorkSource and hub.StatusSink for node jobs.
+type Executor struct {
+	opts Options
+	log  *slog.Logger
+	hub  atomic.Pointer[Hub]
+
+	mu sync.Mutex
+	// want: node → uid → the item the node should hold (InProgress entries).
+	want map[string]map[string]*agentv1.WorkItem
+	// jobs: uid → the job, for reports and deletions.
+	jobs map[string]jobRef
+	// where: uid → node → slice name, to batch writes.
+	where map[string]map[string]string
+	// queue: uid → node → reports not written yet, in arrival order.
+	queue  map[string]map[string][]report
+	synced atomic.Bool
+	kick   chan struct{}
+
+	writes, reports prometheus.Counter
+}
+
+// New returns an executor; call SetHub before the hub serves agents.
+func New(opts Options) *Executor {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 250 * time.Millisecond
+	}
+	if opts.APIReader == nil {
+		opts.APIReader = opts.Client
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Executor{
+		opts: opts, log: opts.Logger,
+		want: map[string]map[string]*agentv1.WorkItem{}, jobs: map[string]jobRef{},
+		where: map[string]map[string]string{}, queue: map[string]map[string][]report{},
+		kick:    make(chan struct{}, 1),
+		writes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_nodejob_slice_writes_total", Help: "NodeTaskSlice writes by this hub's node job executor."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_nodejob_reports_total", Help: "Node job action reports received from agents."}),
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(e.writes, e.reports)
+	}
+	return e
+}
+
+// SetHub tells the executor where to send work.
+func (e *Executor) SetHub(h Hub) { e.hub.Store(&h) }
+
+// SetupWithManager registers the slice controller (on every hub, without
+// leader election) and the report writer.
+func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
+	noLeader := false
+	mapJob := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var l opsv1.NodeTaskSliceList
+		if err := e.opts.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(obj.GetUID())}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(l.Items))
+		for _, s := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: s.Name}})
+		}
+		// A deleted job: forget its work.
+		if obj.GetDeletionTimestamp() != nil || len(out) == 0 {
+			e.forgetJob(string(obj.GetUID()))
+		}
+		return out
+	})
+	err := ctrl.NewControllerManagedBy(mgr).Named("nodejob-executor").
+		For(&opsv1.NodeTaskSlice{}).
+		Watches(&opsv1.NodeUpgradeJob{}, mapJob).
+		Watches(&opsv1.ImagePrePullJob{}, mapJob).
+		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 2}).
+		Complete(e)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&runner{e: e, mgr: mgr})
+}
+
+// runner loads the index once the cache is ready, then writes reports.
+type runner struct {
+	e   *Executor
+	mgr ctrl.Manager
+}
+
+func (r *runner) NeedLeaderElection() bool { return false }
+
+func (r *runner) Start(ctx context.Context) error {
+	if !r.mgr.GetCache().WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	var l opsv1.NodeTaskSliceList
+	if err := r.e.opts.Client.List(ctx, &l); err != nil {
+		return fmt.Errorf("node job executor: list slices: %w", err)
+	}
+	for i := range l.Items {
+		if _, err := r.e.index(ctx, &l.Items[i], false); err != nil {
+			return fmt.Errorf("node job executor: %w", err)
+		}
+	}
+	r.e.synced.Store(true)
+	r.e.resend()
+	r.e.log.Info("node job executor ready", "slices", len(l.Items))
+	return r.e.writeLoop(ctx)
+}
+
+// Reconcile implements reconcile.Reconciler for NodeTaskSlices.
+func (e *Executor) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var s opsv1.NodeTaskSlice
+	if err := e.opts.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	_, err := e.index(ctx, &s, e.synced.Load())
+	return reconcile.Result{}, err
+}
+
+// index records what the slice's InProgress nodes should hold and, if
+// send, dispatches new or changed items to the nodes connected here.
+func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool) (int, error) {
+	job, err := e.getJob(ctx, s.Job)
+	if err != nil {
+		return 0, err
+	}
+	uid := string(s.Job.UID)
+	if job == nil {
+		e.forgetJob(uid)
+		return 0, nil
+	}
+	type out struct {
+		node string
+		item *agentv1.WorkItem
+	}
+	var sends []out
+	e.mu.Lock()
+	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID}
+	if e.where[uid] == nil {
+		e.where[uid] = map[string]string{}
+	}
+	e.mu.Unlock()
+	for _, n := range s.Nodes {
+		e.mu.Lock()
+		e.where[uid][n.NodeName] = s.Name
+		had := e.want[n.NodeName][uid]
+		e.mu.Unlock()
+		if n.Phase != opsv1.NodeTaskPhaseInProgress {
+			if had != nil {
+				e.drop(n.NodeName, uid)
+			}
+			continue
+		}
+		items, err := e.itemsFor(ctx, job, n.NodeName)
+		if err != nil {
+			return 0, err
+		}
+		e.mu.Lock()
+		if e.want[n.NodeName] == nil {
+			e.want[n.NodeName] = map[string]*agentv1.WorkItem{}
+		}
+		for _, it := range items {
+			old := e.want[n.NodeName][it.GetUid()]
+			if old == nil || string(old.GetSpec()) != string(it.GetSpec()) {
+				e.want[n.NodeName][it.GetUid()] = it
+				sends = append(sends, out{n.NodeName, it})
+			}
+		}
+		e.mu.Unlock()
+	}
+	if h := e.hub.Load(); send && h != nil {
+		for _, o := range sends {
+			if (*h).Connected(o.node) {
+				if err := (*h).Dispatch(o.node, o.item); err != nil {
+					// The node's next snapshot carries it.
+					e.log.Debug("dispatch deferred to the next connect", "node", o.node, "uid", o.item.GetUid(), "err", err)
+				}
+			}
+		}
+	}
+	return len(sends), nil
+}
+
+// resend dispatches every wanted item to the nodes connected here. Agents
+// cannot have connected while the index loaded (WorkFor refused them), so
+// this only matters to a node whose stream opened in between; an agent
+// applies a uid once, so a repeat is harmless.
+func (e *Executor) resend() {
+	h := e.hub.Load()
+	if h == nil {
+		return
+	}
+	e.mu.Lock()
+	type out struct {
+		node string
+		item *agentv1.WorkItem
+	}
+	var sends []out
+	for node, items := range e.want {
+		for _, it := range items {
+			sends = append(sends, out{node, it})
+		}
+	}
+	e.mu.Unlock()
+	for _, o := range sends {
+		if (*h).Connected(o.node) {
+			_ = (*h).Dispatch(o.node, o.item)
+		}
+	}
+}
+
+func (e *Executor) drop(node, uid string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.want[node] {
+		if k == uid || k == wire.ConfirmUID(uid) {
+			delete(e.want[node], k)
+		}
+	}
+	if len(e.want[node]) == 0 {
+		delete(e.want, node)
+	}
+}
+
+// forgetJob stops a deleted job's work: its items leave every node's list,
+// and nodes connected here are told to cancel them.
+func (e *Executor) forgetJob(uid string) {
+	e.mu.Lock()
+	var nodes []string
+	for node, items := range e.want {
+		if _, ok := items[uid]; ok {
+			nodes = append(nodes, node)
+		}
+	}
+	delete(e.jobs, uid)
+	delete(e.where, uid)
+	delete(e.queue, uid)
+	e.mu.Unlock()
+	h := e.hub.Load()
+	for _, n := range nodes {
+		e.drop(n, uid)
+		if h != nil && (*h).Connected(n) {
+			_ = (*h).Cancel(n, uid)
+		}
+	}
+	if len(nodes) > 0 {
+		e.log.Info("node job gone; cancelled its work", "uid", uid, "nodes", len(nodes))
+	}
+}
+
+func (e *Executor) getJob(ctx context.Context, ref opsv1.JobReference) (opsv1.NodeJob, error) {
+	var j opsv1.NodeJob
+	switch ref.Kind {
+	case "NodeUpgradeJob":
+		j = &opsv1.NodeUpgradeJob{}
+	case "ImagePrePullJob":
+		j = &opsv1.ImagePrePullJob{}
+	default:
+		return nil, nil
+	}
+	if err := e.opts.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, j); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if j.GetUID() != ref.UID {
+		return nil, nil // a newer job with the same name; this slice is stale
+	}
+	return j, nil
+}
+
+func checks(x opsv1.JobExecution) wire.Checks {
+	c := wire.Checks{}
+	for _, it := range x.CheckItems {
+		c.Items = append(c.Items, string(it))
+	}
+	if t := x.CheckThresholds; t != nil {
+		if t.CPUPercent != nil {
+			c.CPUPercent = int(*t.CPUPercent)
+		}
+		if t.MemPercent != nil {
+			c.MemPercent = int(*t.MemPercent)
+		}
+		if t.DiskPercent != nil {
+			c.DiskPercent = int(*t.DiskPercent)
+		}
+	}
+	return c
+}
+
+// itemsFor builds the items node should hold for job.
+func (e *Executor) itemsFor(ctx context.Context, job opsv1.NodeJob, node string) ([]*agentv1.WorkItem, error) {
+	uid := string(job.GetUID())
+	switch j := job.(type) {
+	case *opsv1.NodeUpgradeJob:
+		confirmed := false
+		if c := j.Spec.Confirmed; c != nil {
+			confirmed = c.All
+			for _, n := range c.NodeNames {
+				confirmed = confirmed || n == node
+			}
+		}
+		spec, _ := json.Marshal(wire.UpgradeSpec{Job: j.Name, Version: j.Spec.Version, URL: j.Spec.Artifact.URL, Image: j.Spec.Artifact.Image,
+			SHA256: j.Spec.Artifact.SHA256, RequireConfirmation: j.Spec.RequireConfirmation, TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
+		items := []*agentv1.WorkItem{{Uid: uid, Type: wire.TypeUpgrade, Spec: spec}}
+		if j.Spec.RequireConfirmation && confirmed {
+			items = append(items, &agentv1.WorkItem{Uid: wire.ConfirmUID(uid), Type: wire.TypeConfirm, Spec: []byte("{}")})
+		}
+		return items, nil
+	case *opsv1.ImagePrePullJob:
+		auth, err := e.credentials(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		spec, _ := json.Marshal(wire.PrePullSpec{Job: j.Name, Images: j.Spec.Images, Auth: auth, RetryTimes: int(j.Spec.RetryTimes),
+			TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
+		return []*agentv1.WorkItem{{Uid: uid, Type: wire.TypePrePull, Spec: spec}}, nil
+	}
+	return nil, nil
+}
+
+// credentials reads the job's dockerconfigjson Secret and keeps only the
+// registries its images are on.
+func (e *Executor) credentials(ctx context.Context, j *opsv1.ImagePrePullJob) (map[string]wire.Credential, error) {
+	ref := j.Spec.ImageSecretRef
+	if ref == nil {
+		return nil, nil
+	}
+	var s corev1.Secret
+	if err := e.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	all, err := parseDockerConfig(s.Data[corev1.DockerConfigJsonKey])
+	if err != nil {
+		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := map[string]wire.Credential{}
+	for _, im := range j.Spec.Images {
+		r, err := name.ParseReference(im)
+		if err != nil {
+			continue
+		}
+		reg := r.Context().RegistryStr()
+		if c, ok := all[reg]; ok {
+			out[reg] = c
+		}
+	}
+	return out, nil
+}
+
+// parseDockerConfig reads a .dockerconfigjson into registry → credential.
+func parseDockerConfig(b []byte) (map[string]wire.Credential, error) {
+	var cfg struct {
+		Auths map[string]struct {
+			Username string `json:"username"`
+			Password string `json:"password"`
+			Auth     string `json:"auth"`
+		} `json:"auths"`
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("not a .dockerconfigjson: %w", err)
+	}
+	out := map[string]wire.Credential{}
+	for host, a := range cfg.Auths {
+		c := wire.Credential{Username: a.Username, Password: a.Password}
+		if a.Auth != "" && c.Username == "" {
+			raw, err := base64.StdEncoding.DecodeString(a.Auth)
+			if err != nil {
+				return nil, fmt.Errorf("auth of %s is not base64", host)
+			}
+			c.Username, c.Password, _ = strings.Cut(string(raw), ":")
+		}
+		out[normalizeRegistry(host)] = c
+	}
+	return out, nil
+}
+
+func normalizeRegistry(h string) string {
+	h = strings.TrimPrefix(strings.TrimPrefix(h, "https://"), "http://")
+	h, _, _ = strings.Cut(h, "/")
+	if h == "docker.io" || h == "registry-1.docker.io" {
+		return name.DefaultRegistry
+	}
+	return h
+}
+
+// WorkFor implements hub.WorkSource: the node's node-job items.
+func (e *Executor) WorkFor(_ context.Context, node string) ([]*agentv1.WorkItem, error) {
+	if !e.synced.Load() {
+		// An empty list would make the agent cancel work it runs.
+		return nil, errors.New("node jobs are still loading; reconnect shortly")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*agentv1.WorkItem, 0, len(e.want[node]))
+	for _, it := range e.want[node] {
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// WorkStatus implements hub.StatusSink.
+func (e *Executor) WorkStatus(_ context.Context, node string, st *agentv1.WorkStatus) {
+	e.enqueue(node, st)
+}
+
+// NodeState implements hub.StatusSink.
+func (e *Executor) NodeState(_ context.Context, node string, work []*agentv1.WorkStatus) {
+	for _, st := range work {
+		if st.GetMessage() != "" {
+			e.enqueue(node, st)
+		}
+	}
+}
+
+func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
+	e.mu.Lock()
+	_, ours := e.jobs[st.GetUid()]
+	e.mu.Unlock()
+	if !ours {
+		return
+	}
+	r, err := wire.DecodeReport(st.GetMessage())
+	if err != nil {
+		e.log.Warn("ignoring a node job report", "node", node, "uid", st.GetUid(), "err", err)
+		return
+	}
+	e.reports.Inc()
+	e.mu.Lock()
+	if e.queue[st.GetUid()] == nil {
+		e.queue[st.GetUid()] = map[string][]report{}
+	}
+	e.queue[st.GetUid()][node] = append(e.queue[st.GetUid()][node], report{phase: st.GetPhase(), r: r})
+	e.mu.Unlock()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes queued reports, one write per slice per flush.
+func (e *Executor) writeLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.kick:
+		}
+		// Gather what else arrives meanwhile into the same writes.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(e.opts.FlushInterval):
+		}
+		e.flush(ctx)
+	}
+}
+
+func (e *Executor) flush(ctx context.Context) {
+	e.mu.Lock()
+	batches := map[string]map[string][]report{} // slice → node → reports
+	for uid, nodes := range e.queue {
+		for node, rs := range nodes {
+			s := e.where[uid][node]
+			if s == "" {
+				continue // slice not indexed yet: keep for the next flush
+			}
+			if batches[s] == nil {
+				batches[s] = map[string][]report{}
+			}
+			batches[s][node] = rs
+			delete(nodes, node)
+		}
+		if len(nodes) == 0 {
+			delete(e.queue, uid)
+		}
+	}
+	e.mu.Unlock()
+	for sliceName, byNode := range batches {
+		if err := e.writeSlice(ctx, sliceName, byNode); err != nil {
+			e.log.Error("write node job reports", "slice", sliceName, "nodes", len(byNode), "err", err)
+		}
+	}
+}
+
+func (e *Executor) writeSlice(ctx context.Context, sliceName string, byNode map[string][]report) error {
+	first := true
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var s opsv1.NodeTaskSlice
+		var err error
+		if first {
+			err = e.opts.Client.Get(ctx, client.ObjectKey{Name: sliceName}, &s)
+		} else {
+			err = e.opts.APIReader.Get(ctx, client.ObjectKey{Name: sliceName}, &s)
+		}
+		first = false
+		if err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		changed := false
+		now := e.opts.Now()
+		for i := range s.Nodes {
+			for _, rp := range byNode[s.Nodes[i].NodeName] {
+				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, now) {
+					changed = true
+				}
+			}
+		}
+		if !changed {
+			return nil
+		}
+		if err := e.opts.Client.Update(ctx, &s); err != nil {
+			return err
+		}
+		e.writes.Inc()
+		return nil
+	})
+}
