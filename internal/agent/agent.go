@@ -50,8 +50,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Runner runs one work item to an end. It must be idempotent: an agent that
-// crashes mid-run may call it again for the same uid.
+// Runner runs one work item to an end: the phase it returns is
+// PhaseSucceeded, PhaseFailed or PhaseCancelled (anything else is recorded
+// as Failed). It should return soon after ctx ends (the item was cancelled
+// or the agent is stopping). The agent runs an item at most once: an item
+// that was running when the agent died is reported Failed, not run again.
 type Runner interface {
 	Run(ctx context.Context, w store.Work) (phase, reason string)
 }

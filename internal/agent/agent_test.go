@@ -538,16 +538,19 @@ func TestOneFullSyncPerGap(t *testing.T) {
 
 // TestARunnersVerdictIsClippedToTheProtocol: a runner's phase and reason go
 // into a report; one longer than the protocol allows, or not UTF-8, must not
-// stop the agent (the report could never be encoded).
+// stop the agent (the report could never be encoded), and a phase that is
+// not an end must not leave the item open.
 func TestARunnersVerdictIsClippedToTheProtocol(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	long := strings.Repeat("é", protocol.MaxTextBytes) // 2 bytes each
 	a := newTestAgent(t, map[string]Runner{
 		"long":   RunnerFunc(func(context.Context, store.Work) (string, string) { return PhaseFailed, long }),
-		"binary": RunnerFunc(func(context.Context, store.Work) (string, string) { return "Odd\xff", "bad \xff\xfe bytes" }),
+		"binary": RunnerFunc(func(context.Context, store.Work) (string, string) { return PhaseSucceeded, "bad \xff\xfe bytes" }),
+		"empty":  RunnerFunc(func(context.Context, store.Work) (string, string) { return "", "forgot" }),
+		"odd":    RunnerFunc(func(context.Context, store.Work) (string, string) { return "Odd\xff", "" }),
 	})
-	for _, w := range []store.Work{{UID: "long", Type: "long"}, {UID: "binary", Type: "binary"}, {UID: "after", Type: "noop"}} {
+	for _, w := range []store.Work{{UID: "long", Type: "long"}, {UID: "binary", Type: "binary"}, {UID: "empty", Type: "empty"}, {UID: "odd", Type: "odd"}, {UID: "after", Type: "noop"}} {
 		if _, err := a.db.PutWork(ctx, w); err != nil {
 			t.Fatal(err)
 		}
@@ -556,14 +559,14 @@ func TestARunnersVerdictIsClippedToTheProtocol(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.runWork(ctx) }()
 	deadline := time.Now().Add(testTimeout)
-	for len(outbox(t, a)) < 3 {
+	for len(outbox(t, a)) < 5 {
 		select {
 		case err := <-done:
 			t.Fatalf("the work loop stopped: %v", err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d reports after %s, want 3", len(outbox(t, a)), testTimeout)
+			t.Fatalf("%d reports after %s, want 5", len(outbox(t, a)), testTimeout)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -582,8 +585,13 @@ func TestARunnersVerdictIsClippedToTheProtocol(t *testing.T) {
 				t.Errorf("long: %q %q", w.GetPhase(), w.GetReason()[:10])
 			}
 		case "binary":
-			if w.GetPhase() != "Odd\uFFFD" || w.GetReason() != "bad \uFFFD bytes" {
+			if w.GetPhase() != PhaseSucceeded || w.GetReason() != "bad \uFFFD bytes" {
 				t.Errorf("binary: %q %q", w.GetPhase(), w.GetReason())
+			}
+		case "empty", "odd":
+			// Not an end: recorded as Failed, so it is neither left open nor run again.
+			if w.GetPhase() != PhaseFailed || !strings.Contains(w.GetReason(), "runner ended with phase") {
+				t.Errorf("%s: %q %q", w.GetUid(), w.GetPhase(), w.GetReason())
 			}
 		}
 	}

@@ -101,6 +101,11 @@ func (a *Agent) runWork(ctx context.Context) error {
 		phase, reason := PhaseFailed, fmt.Sprintf("this agent has no runner for work type %q", w.Type)
 		if r, found := a.opts.Runners[w.Type]; found {
 			phase, reason = r.Run(rctx, w)
+			if !terminal(phase) {
+				// Left as it is, the item would never end, or ("") run again.
+				phase, reason = PhaseFailed, fmt.Sprintf("the %s runner ended with phase %q, not %s, %s or %s: %s",
+					w.Type, phase, PhaseSucceeded, PhaseFailed, PhaseCancelled, reason)
+			}
 		}
 		// Record the end even when the agent is stopping: the runner's own
 		// verdict (it may have been interrupted and said so) beats a restart
