@@ -431,3 +431,48 @@ func TestCancellingRunningWork(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkFollowsTheNodeToAnotherHub: the node's hub stops while an item
+// runs; the agent moves to the other hub, whose snapshot does not run the
+// item again, and whose sink gets the item's status once.
+func TestWorkFollowsTheNodeToAnotherHub(t *testing.T) {
+	f := newFixture(t, "hub-move")
+	ws := &works{}
+	snkA, snkB := &sink{}, &sink{}
+	a := f.startHub(Options{Name: "hub-move-a", Work: ws, Status: snkA})
+	b := f.startHub(Options{Name: "hub-move-b", Work: ws, Status: snkB})
+	r := newRunner()
+	r.gate = make(chan struct{})
+	const node = "move-node"
+	opts := f.agentOpts(node, a, r)
+	opts.Hubs = []string{a.addr, b.addr}
+	f.startAgent(opts)
+	waitConnected(t, a, node)
+
+	it := item("w-move", "test", "")
+	ws.add(node, it)
+	if err := a.Dispatch(node, it); err != nil {
+		t.Fatal(err)
+	}
+	r.waitStarted(t, "w-move")
+	a.stop(t)
+	waitConnected(t, b, node)
+	close(r.gate)
+
+	snkB.waitStatus(t, node, "w-move", agent.PhaseSucceeded)
+	waitNoPending(t, b, node)
+	testenv.Never(t, settle, "a second run or status of w-move", func(context.Context) (bool, error) {
+		if n := r.count("w-move"); n != 1 {
+			return true, fmt.Errorf("ran %d times", n)
+		}
+		if n := len(snkA.statuses(node, "w-move")) + len(snkB.statuses(node, "w-move")); n != 1 {
+			return true, fmt.Errorf("%d statuses", n)
+		}
+		return false, nil
+	})
+	// The new hub learnt the node's state from its NodeState on connect.
+	states := snkB.nodeStates(node)
+	if len(states) == 0 {
+		t.Fatal("hub B got no NodeState")
+	}
+}
