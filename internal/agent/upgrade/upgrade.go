@@ -242,6 +242,13 @@ func (r *Runner) run(ctx context.Context, uid string, f *flow.Flow, s wire.Upgra
 			if out.stop {
 				return out.phase, out.reason
 			}
+			if ctx.Err() != nil {
+				// Interrupted (the agent stops, or the item was cancelled):
+				// record no end. The action stays Running, so the next start's
+				// Resume finishes it as after a crash (an Upgrade cut short
+				// before its swap goes to RollBack).
+				return wire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
+			}
 			state := store.ActionFailed
 			if out.success {
 				state = store.ActionSucceeded

@@ -610,3 +610,44 @@ func TestFileSafe(t *testing.T) {
 		}
 	}
 }
+
+func TestInterruptedDownloadRollsBackAtTheNextStart(t *testing.T) {
+	old, new, _ := agents(t)
+	ctx := testCtx(t)
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100000000")
+		_, _ = w.Write([]byte("partial"))
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done() // hold the download until the client gives up
+	}))
+	t.Cleanup(srv.Close)
+	n := newNode(t, old)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+		stop() // the agent is told to stop mid-download
+	}()
+	phase, reason := n.runner(oldVersion).Run(runCtx, "job", spec(t, wire.UpgradeSpec{URL: srv.URL + "/a", SHA256: new.sha}), n.rec.report)
+	if phase != wire.PhaseFailed || reason != "Upgrade interrupted: context canceled" {
+		t.Fatalf("Run(stopped mid-download) = %s, %q; want Failed, Upgrade interrupted", phase, reason)
+	}
+	wantReports(t, n.rec.take(), "Check ok Running", "BackUp ok Running")
+
+	res, err := n.runner(oldVersion).Resume(ctx, n.rec.report)
+	want := "upgrade to v2.0.0 failed: the agent restarted during the upgrade to v2.0.0, before the new binary was in place; rolled back to v1.0.0"
+	if err != nil || len(res) != 1 || res[0] != (Result{"job", wire.PhaseFailed, want}) {
+		t.Fatalf("Resume() = %+v, %v; want Failed, %q", res, err, want)
+	}
+	wantReports(t, n.rec.take(), "Upgrade failed Running", "RollBack ok Failed")
+	if sha, _ := n.installed(); sha != old.sha {
+		t.Error("the installed binary changed")
+	}
+	if _, err := os.Stat(filepath.Join(n.state, "download", "drover-agent-"+newVersion)); !os.IsNotExist(err) {
+		t.Errorf("the partial download is still there (stat: %v)", err)
+	}
+}
