@@ -1,8 +1,10 @@
 // Package store is drover-agent's durable memory: one SQLite file holding the
 // node's identity (key, certificate, CA, last hub), the two revision counters
 // of the agent protocol, the work items the hub delivered with their phases,
-// and an outbox of agent->hub messages that must survive a restart until the
-// hub acks them.
+// the state of each action of a work item's flow (node jobs: Check, BackUp,
+// Upgrade, ...; written before and after each action so that a restart
+// resumes or rolls back instead of repeating it), and an outbox of
+// agent->hub messages that must survive a restart until the hub acks them.
 //
 // # Why
 //

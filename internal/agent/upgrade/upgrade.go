@@ -24,6 +24,19 @@
 // place, records the pending rollback and re-execs the old binary, whose
 // Resume reports RollBack and ends the flow Failed.
 //
+// # Wiring (the agent core)
+//
+// At start, after opening the DB: uids, _ := r.Interrupted(ctx) are the
+// upgrade items a restart cut short (or that restarted on purpose); the core
+// must neither fail nor re-run them, and runs go r.Resume(ctx, report) once
+// its connection loop is started (r.Connected blocks until connected), then
+// records each Result whose Phase is not wire.PhaseRunning as the item's
+// end. Per work item of type wire.TypeUpgrade it calls r.Run(ctx, w.UID,
+// w.Spec, report). Run returns wire.PhaseRunning with reason
+// flow.WaitingConfirmation while the job waits for a confirmation: the core
+// keeps the item open and calls Run again when the hub re-dispatches the
+// uid (store.SetWorkSpec updates the spec), and again after a restart.
+//
 // # What not
 //
 // No k8s.io imports (drover-agent links this). No service manager
