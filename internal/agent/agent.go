@@ -20,6 +20,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/nodejob/wire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
@@ -59,6 +60,29 @@ type Runner interface {
 	Run(ctx context.Context, w store.Work) (phase, reason string)
 }
 
+// Env is what the agent offers a runner besides the item.
+type Env struct {
+	// Report sends a progress report of the running item: phase Running, a
+	// reason and a message (for node jobs, an action report). It goes
+	// through the durable outbox, in order with the item's end.
+	Report func(ctx context.Context, reason, message string) error
+	// Connected waits until the agent has a stream open to a hub (an
+	// upgraded agent proves it works this way), or ctx ends.
+	Connected func(ctx context.Context) error
+}
+
+// ReportingRunner is a Runner that reports progress, and a message with its end.
+type ReportingRunner interface {
+	RunReporting(ctx context.Context, w store.Work, env Env) (phase, reason, message string)
+}
+
+// Resumer is a runner whose items may outlive the agent process (an agent
+// upgrade re-executes the agent). An item found Running after a start is
+// given to Resume instead of being reported Failed.
+type Resumer interface {
+	Resume(ctx context.Context, w store.Work, env Env) (phase, reason, message string)
+}
+
 // RunnerFunc adapts a function to Runner.
 type RunnerFunc func(ctx context.Context, w store.Work) (phase, reason string)
 
@@ -95,9 +119,13 @@ func (o *Options) defaults() error {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
-	runners := map[string]Runner{"noop": RunnerFunc(func(context.Context, store.Work) (string, string) {
-		return PhaseSucceeded, ""
-	})}
+	done := RunnerFunc(func(context.Context, store.Work) (string, string) { return PhaseSucceeded, "" })
+	runners := map[string]Runner{
+		"noop": done,
+		// A confirmation's effect is its presence in the DB, where the
+		// upgrade runner waiting for it looks.
+		wire.TypeConfirm: done,
+	}
 	maps.Copy(runners, o.Runners)
 	o.Runners = runners
 	return nil
@@ -135,6 +163,39 @@ type Agent struct {
 	kick     chan struct{} // wakes the outbox flusher
 	work     chan string   // uids to run
 	overflow atomic.Bool   // schedule dropped a uid: work has Pending items not in the queue
+	resume   []store.Work  // Running items a Resumer takes over after a start
+
+	// connMu guards conn, closed while a stream is open.
+	connMu sync.Mutex
+	conn   chan struct{}
+}
+
+func (a *Agent) setConnected(up bool) {
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	select {
+	case <-a.conn:
+		if !up {
+			a.conn = make(chan struct{})
+		}
+	default:
+		if up {
+			close(a.conn)
+		}
+	}
+}
+
+// waitConnected waits until a stream is open or ctx ends.
+func (a *Agent) waitConnected(ctx context.Context) error {
+	a.connMu.Lock()
+	ch := a.conn
+	a.connMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Run runs the agent until ctx ends or a FatalError.
@@ -157,6 +218,7 @@ func Run(ctx context.Context, opts Options) error {
 		heartbeat: 30 * time.Second,
 		kick:      make(chan struct{}, 1),
 		work:      make(chan string, 1024),
+		conn:      make(chan struct{}),
 	}
 	if opts.HeartbeatInterval > 0 {
 		a.heartbeat = opts.HeartbeatInterval

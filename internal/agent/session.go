@@ -67,6 +67,8 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 		}
 	}
 	a.log.Info("connected", "hub", hub, "hubRevision", hubRev, "agentRevision", acked)
+	a.setConnected(true)
+	defer a.setConnected(false)
 	if _, err := a.reportNodeState(ctx); err != nil {
 		return err
 	}

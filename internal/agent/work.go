@@ -27,6 +27,10 @@ func (a *Agent) recoverWork(ctx context.Context) error {
 		case "", PhasePending:
 			a.schedule(w.UID)
 		case PhaseRunning:
+			if _, ok := a.opts.Runners[w.Type].(Resumer); ok {
+				a.resume = append(a.resume, w)
+				continue
+			}
 			if err := a.finish(ctx, w.UID, PhaseFailed, "the agent restarted while the work was running"); err != nil {
 				return err
 			}
@@ -66,6 +70,12 @@ func (a *Agent) rescheduleDropped(ctx context.Context) error {
 // (across streams). Runners that take long start their own supervised
 // processes; this loop only sequences state changes.
 func (a *Agent) runWork(ctx context.Context) error {
+	for _, w := range a.resume {
+		if err := a.resumeOne(ctx, w); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	a.resume = nil
 	for {
 		var uid string
 		select {
@@ -98,9 +108,13 @@ func (a *Agent) runWork(ctx context.Context) error {
 		if !ok {
 			continue // already ran, cancelled or dropped: never run twice
 		}
-		phase, reason := PhaseFailed, fmt.Sprintf("this agent has no runner for work type %q", w.Type)
+		phase, reason, message := PhaseFailed, fmt.Sprintf("this agent has no runner for work type %q", w.Type), ""
 		if r, found := a.opts.Runners[w.Type]; found {
-			phase, reason = r.Run(rctx, w)
+			if rr, ok := r.(ReportingRunner); ok {
+				phase, reason, message = rr.RunReporting(rctx, w, a.env(uid))
+			} else {
+				phase, reason = r.Run(rctx, w)
+			}
 			if !terminal(phase) {
 				// Left as it is, the item would never end, or ("") run again.
 				phase, reason = PhaseFailed, fmt.Sprintf("the %s runner ended with phase %q, not %s, %s or %s: %s",
@@ -110,13 +124,55 @@ func (a *Agent) runWork(ctx context.Context) error {
 		// Record the end even when the agent is stopping: the runner's own
 		// verdict (it may have been interrupted and said so) beats a restart
 		// finding the item Running and calling it Failed.
-		if err := a.finish(context.WithoutCancel(ctx), uid, phase, reason); err != nil {
+		if err := a.finishWith(context.WithoutCancel(ctx), uid, phase, reason, message); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
+}
+
+// resumeOne hands an item found Running after a start to its Resumer.
+func (a *Agent) resumeOne(ctx context.Context, w store.Work) error {
+	a.reportMu.Lock()
+	rctx, stop := context.WithCancel(ctx)
+	a.running.uid, a.running.stop = w.UID, stop
+	a.reportMu.Unlock()
+	a.log.Info("resuming work that outlived the last agent process", "uid", w.UID, "type", w.Type)
+	phase, reason, message := a.opts.Runners[w.Type].(Resumer).Resume(rctx, w, a.env(w.UID))
+	if !terminal(phase) {
+		phase, reason = PhaseFailed, fmt.Sprintf("the %s runner resumed with phase %q: %s", w.Type, phase, reason)
+	}
+	return a.finishWith(context.WithoutCancel(ctx), w.UID, phase, reason, message)
+}
+
+// env is the Env of running item uid.
+func (a *Agent) env(uid string) Env {
+	return Env{
+		Report: func(ctx context.Context, reason, message string) error {
+			return a.progress(ctx, uid, reason, message)
+		},
+		Connected: a.waitConnected,
+	}
+}
+
+// progress reports uid still Running, with what it is doing.
+func (a *Agent) progress(ctx context.Context, uid, reason, message string) error {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	if a.running.uid != uid {
+		return fmt.Errorf("work %s is not running", uid)
+	}
+	if len(message) > protocol.MaxMessageBytes {
+		return fmt.Errorf("work %s: progress message of %d bytes is over the protocol's %d", uid, len(message), protocol.MaxMessageBytes)
+	}
+	rev, err := a.db.NextAgentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	return a.enqueue(ctx, protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseRunning,
+		Reason: clipText(reason, protocol.MaxTextBytes), Message: strings.ToValidUTF8(message, "")}))
 }
 
 // claim marks uid Running, persisted before the runner's effect so that a
@@ -155,7 +211,18 @@ func (a *Agent) finish(ctx context.Context, uid, phase, reason string) error {
 	return a.finishLocked(ctx, uid, phase, reason)
 }
 
+// finishWith is finish with a message (e.g. a node job's last action report).
+func (a *Agent) finishWith(ctx context.Context, uid, phase, reason, message string) error {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	return a.finishMessage(ctx, uid, phase, reason, message)
+}
+
 func (a *Agent) finishLocked(ctx context.Context, uid, phase, reason string) error {
+	return a.finishMessage(ctx, uid, phase, reason, "")
+}
+
+func (a *Agent) finishMessage(ctx context.Context, uid, phase, reason, message string) error {
 	// A runner's verdict goes into a report: keep it within the protocol, or
 	// the report could never be encoded (and the item never reported).
 	phase, reason = clipText(phase, protocol.MaxTextBytes), clipText(reason, protocol.MaxTextBytes)
@@ -174,7 +241,10 @@ func (a *Agent) finishLocked(ctx context.Context, uid, phase, reason string) err
 	if err != nil {
 		return err
 	}
-	return a.enqueue(ctx, protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: phase, Reason: reason}))
+	if len(message) > protocol.MaxMessageBytes {
+		message = "" // the phase and reason still tell the end
+	}
+	return a.enqueue(ctx, protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: phase, Reason: reason, Message: strings.ToValidUTF8(message, "")}))
 }
 
 // cancel ends uid as Cancelled, interrupting its runner if it is running.

@@ -497,7 +497,17 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	if !ours {
 		return
 	}
-	r, err := wire.DecodeReport(st.GetMessage())
+	var r wire.Report
+	var err error
+	switch {
+	case st.GetMessage() == "" && (st.GetPhase() == wire.PhaseFailed || st.GetPhase() == "Cancelled"):
+		// The agent ended the item without a runner's report (no runner for
+		// the type, or it restarted mid-run): the node failed, and why.
+		r = wire.Report{Action: "Agent", Reason: st.GetPhase() + ": " + st.GetReason(), Time: e.opts.Now()}
+		st = &agentv1.WorkStatus{Uid: st.GetUid(), Phase: wire.PhaseFailed, Reason: st.GetReason()}
+	default:
+		r, err = wire.DecodeReport(st.GetMessage())
+	}
 	if err != nil {
 		e.log.Warn("ignoring a node job report", "node", node, "uid", st.GetUid(), "err", err)
 		return
