@@ -18,9 +18,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/drover-fleet/drover/internal/nodejob/wire"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
