@@ -30,12 +30,10 @@
 // upgrade items a restart cut short (or that restarted on purpose); the core
 // must neither fail nor re-run them, and runs go r.Resume(ctx, report) once
 // its connection loop is started (r.Connected blocks until connected), then
-// records each Result whose Phase is not wire.PhaseRunning as the item's
-// end. Per work item of type wire.TypeUpgrade it calls r.Run(ctx, w.UID,
-// w.Spec, report). Run returns wire.PhaseRunning with reason
-// flow.WaitingConfirmation while the job waits for a confirmation: the core
-// keeps the item open and calls Run again when the hub re-dispatches the
-// uid (store.SetWorkSpec updates the spec), and again after a restart.
+// records each Result as the item's end. Per work item of type
+// wire.TypeUpgrade it calls r.Run(ctx, w.UID, w.Spec, report); items of
+// type wire.TypeConfirm need a runner that just succeeds (Run finds them in
+// the DB by uid while it waits at WaitingConfirmation).
 //
 // # What not
 //
@@ -76,6 +74,11 @@ const (
 	DefaultDownloadTimeout = 10 * time.Minute
 	// ProbeTimeout bounds `<new> --version`.
 	ProbeTimeout = 10 * time.Second
+	// DefaultConfirmPoll is how often a waiting flow looks for its
+	// confirmation: a local DB read, cheap, and a human is waiting.
+	DefaultConfirmPoll = time.Second
+	// DefaultConfirmTimeout bounds the wait for an operator's confirmation.
+	DefaultConfirmTimeout = 24 * time.Hour
 	// MaxBinaryBytes bounds a download: a bigger file is not an agent.
 	MaxBinaryBytes = 1 << 30
 )
@@ -106,6 +109,12 @@ type Runner struct {
 	// Connected blocks until the agent is connected to a hub, or ctx ends.
 	// Resume needs it; without it a new binary is never confirmed.
 	Connected func(ctx context.Context) error
+	// ConfirmPoll is how often WaitingConfirmation looks for the job's
+	// confirmation item in the DB; default DefaultConfirmPoll.
+	ConfirmPoll time.Duration
+	// ConfirmTimeout bounds WaitingConfirmation (it then fails); default
+	// DefaultConfirmTimeout.
+	ConfirmTimeout time.Duration
 	// Check runs the pre-checks; default checks.Check.
 	Check func(ctx context.Context, c wire.Checks, dir string) error
 	// Logger; default discard.
@@ -136,6 +145,12 @@ func (r *Runner) setup() error {
 	}
 	if r.HealthTimeout <= 0 {
 		r.HealthTimeout = DefaultHealthTimeout
+	}
+	if r.ConfirmPoll <= 0 {
+		r.ConfirmPoll = DefaultConfirmPoll
+	}
+	if r.ConfirmTimeout <= 0 {
+		r.ConfirmTimeout = DefaultConfirmTimeout
 	}
 	if r.Check == nil {
 		r.Check = checks.Check
@@ -206,11 +221,12 @@ func bad(reason string, data []byte) outcome { return outcome{reason: reason, da
 func stop(phase, reason string) outcome      { return outcome{stop: true, phase: phase, reason: reason} }
 
 // Run runs (or resumes) the flow of work item uid with spec (the JSON of a
-// wire.UpgradeSpec) and returns its phase: wire.PhaseRunning when it waits
-// for a confirmation (call Run again, same uid, when the hub re-dispatches
-// it with Confirmed) or for the restart it started (in production the
-// process is replaced and Run does not return; the new process calls
-// Resume), else wire.PhaseSucceeded or wire.PhaseFailed with a reason.
+// wire.UpgradeSpec) and returns wire.PhaseSucceeded or wire.PhaseFailed
+// with a reason. At WaitingConfirmation it blocks until the hub's
+// confirmation item (wire.ConfirmUID(uid)) is in the DB, ctx ends or
+// ConfirmTimeout passes. When it swaps the binary the process is replaced
+// (Exec) and Run does not return; the new process calls Resume. (With a
+// test Exec that returns nil, Run returns wire.PhaseRunning, "restarting".)
 //
 // Run is idempotent: called again for the same uid it skips the actions that
 // ended (re-reporting one whose report was lost) and resumes from the first
@@ -324,14 +340,7 @@ func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, d
 		if specErr != nil {
 			return bad(specErr.Error(), nil)
 		}
-		if s.Confirmed {
-			return ok("confirmed", nil)
-		}
-		rep := wire.Report{Action: action, Success: true, Running: true, Reason: "waiting for confirmation", Time: r.Now()}
-		if err := report(ctx, wire.PhaseRunning, rep); err != nil {
-			return stop(wire.PhaseFailed, fmt.Sprintf("report %s: %v", action, err))
-		}
-		return stop(wire.PhaseRunning, flow.WaitingConfirmation)
+		return r.waitConfirmation(ctx, uid, s, report)
 
 	case flow.BackUp:
 		if specErr != nil {
@@ -373,6 +382,51 @@ func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, d
 		return r.rollBack(ctx, uid, p)
 	}
 	return bad(fmt.Sprintf("unknown action %q", action), nil)
+}
+
+// waitConfirmation holds the flow until the job is confirmed for this node:
+// the hub dispatches an item with uid wire.ConfirmUID(uid), which the agent
+// stores while this item runs (or a spec says Confirmed). It polls the DB
+// every ConfirmPoll, for at most ConfirmTimeout.
+func (r *Runner) waitConfirmation(ctx context.Context, uid string, s wire.UpgradeSpec, report Reporter) outcome {
+	confirmed := func() (bool, error) {
+		if s.Confirmed {
+			return true, nil
+		}
+		_, found, err := r.DB.Work(ctx, wire.ConfirmUID(uid))
+		return found, err
+	}
+	if yes, err := confirmed(); err != nil || yes {
+		if err != nil {
+			return stop(wire.PhaseFailed, err.Error())
+		}
+		return ok("confirmed", nil)
+	}
+	rep := wire.Report{Action: flow.WaitingConfirmation, Success: true, Running: true, Reason: "waiting for confirmation", Time: r.Now()}
+	if err := report(ctx, wire.PhaseRunning, rep); err != nil {
+		return stop(wire.PhaseFailed, fmt.Sprintf("report %s: %v", flow.WaitingConfirmation, err))
+	}
+	tick := time.NewTicker(r.ConfirmPoll)
+	defer tick.Stop()
+	limit := time.NewTimer(r.ConfirmTimeout)
+	defer limit.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// No end recorded: a later Run waits again.
+			return stop(wire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", flow.WaitingConfirmation, context.Cause(ctx)))
+		case <-limit.C:
+			return bad(fmt.Sprintf("not confirmed within %s", r.ConfirmTimeout), nil)
+		case <-tick.C:
+			yes, err := confirmed()
+			if err != nil && ctx.Err() == nil {
+				return stop(wire.PhaseFailed, err.Error())
+			}
+			if yes {
+				return ok("confirmed", nil)
+			}
+		}
+	}
 }
 
 // upgrade fetches, verifies, probes and swaps in the new binary, then

@@ -108,6 +108,12 @@ func (rc *recorder) report(_ context.Context, phase string, r wire.Report) error
 	return nil
 }
 
+func (rc *recorder) count() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.list)
+}
+
 func (rc *recorder) take() []sent {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -366,29 +372,81 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 	}
 }
 
+// testConfirmPoll keeps WaitingConfirmation's DB polling fast.
+const testConfirmPoll = 20 * time.Millisecond
+
+// waitFor polls cond every testConfirmPoll until it holds or testTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, testTimeout)
+		}
+		time.Sleep(testConfirmPoll)
+	}
+}
+
 func TestConfirmationHoldsTheFlow(t *testing.T) {
 	old, new, _ := agents(t)
 	ctx := testCtx(t)
 	url := serve(t, map[string]string{"/new": new.path})
 	n := newNode(t, old)
 	r := n.runner(oldVersion)
-	s := wire.UpgradeSpec{URL: url + "/new", SHA256: new.sha, RequireConfirmation: true}
-	for i := range 2 { // a re-dispatch before the confirmation keeps waiting
-		phase, reason := r.Run(ctx, "job", spec(t, s), n.rec.report)
-		if phase != wire.PhaseRunning || reason != flow.WaitingConfirmation {
-			t.Fatalf("Run() #%d = %s, %q; want Running, WaitingConfirmation", i, phase, reason)
-		}
+	r.ConfirmPoll = testConfirmPoll
+	s := spec(t, wire.UpgradeSpec{URL: url + "/new", SHA256: new.sha, RequireConfirmation: true})
+	if _, err := n.db.PutWork(ctx, store.Work{UID: "job", Type: wire.TypeUpgrade, Spec: s}); err != nil {
+		t.Fatal(err)
 	}
-	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running", "WaitingConfirmation waiting Running")
+
+	// The agent stops while the job waits: no end is recorded, and a
+	// waiting flow is not a crash for Resume.
+	stopCtx, stop := context.WithCancel(ctx)
+	type ran struct{ phase, reason string }
+	done := make(chan ran, 1)
+	go func() { p, why := r.Run(stopCtx, "job", s, n.rec.report); done <- ran{p, why} }()
+	waitFor(t, "the waiting report", func() bool { return n.rec.count() == 2 })
+	stop()
+	if got := <-done; got.phase != wire.PhaseFailed || got.reason != "WaitingConfirmation interrupted: context canceled" {
+		t.Fatalf("Run(stopped while waiting) = %+v, want Failed, WaitingConfirmation interrupted", got)
+	}
+	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running")
 	if uids, _ := r.Interrupted(ctx); len(uids) != 0 {
 		t.Errorf("Interrupted() while waiting = %v, want none (waiting is not a crash)", uids)
 	}
-	s.Confirmed = true
-	if phase, _ := r.Run(ctx, "job", spec(t, s), n.rec.report); phase != wire.PhaseRunning || len(n.execs) != 1 {
-		t.Fatalf("Run(confirmed) = %s with %d execs, want Running after one exec", phase, len(n.execs))
+
+	// Run again: it waits again (Check is not repeated) until the hub's
+	// confirmation item is stored.
+	go func() { p, why := r.Run(ctx, "job", s, n.rec.report); done <- ran{p, why} }()
+	waitFor(t, "the second waiting report", func() bool { return n.rec.count() == 1 })
+	select {
+	case got := <-done:
+		t.Fatalf("Run() = %+v before the confirmation, want it to wait", got)
+	case <-time.After(5 * testConfirmPoll):
 	}
-	// Check is not run again.
-	wantReports(t, n.rec.take(), "WaitingConfirmation ok Running", "BackUp ok Running")
+	if _, err := n.db.PutWork(ctx, store.Work{UID: wire.ConfirmUID("job"), Type: wire.TypeConfirm, Spec: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got.phase != wire.PhaseRunning || len(n.execs) != 1 {
+		t.Fatalf("Run(confirmed) = %+v with %d execs, want Running after one exec", got, len(n.execs))
+	}
+	wantReports(t, n.rec.take(), "WaitingConfirmation waiting Running", "WaitingConfirmation ok Running", "BackUp ok Running")
+}
+
+func TestConfirmationTimesOut(t *testing.T) {
+	old, new, _ := agents(t)
+	ctx := testCtx(t)
+	n := newNode(t, old)
+	r := n.runner(oldVersion)
+	r.ConfirmPoll, r.ConfirmTimeout = testConfirmPoll, 5*testConfirmPoll
+	phase, reason := r.Run(ctx, "job", spec(t, wire.UpgradeSpec{URL: "http://example.invalid/a", SHA256: new.sha, RequireConfirmation: true}), n.rec.report)
+	if phase != wire.PhaseFailed || reason != "not confirmed within 100ms" {
+		t.Fatalf("Run() = %s, %q; want Failed, not confirmed within 100ms", phase, reason)
+	}
+	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running", "WaitingConfirmation failed Failed")
+	if sha, _ := n.installed(); sha != old.sha {
+		t.Error("the installed binary changed")
+	}
 }
 
 func TestUpgradeFromAnOCIArtifact(t *testing.T) {
