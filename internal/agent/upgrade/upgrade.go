@@ -28,8 +28,9 @@
 //
 // At start, after opening the DB: uids, _ := r.Interrupted(ctx) are the
 // upgrade items a restart cut short (or that restarted on purpose); the core
-// must neither fail nor re-run them, and runs go r.Resume(ctx, report) once
-// its connection loop is started (r.Connected blocks until connected), then
+// must neither fail nor re-run them, and runs go r.Resume(ctx, reporterFor) once
+// its connection loop is started (r.Connected blocks until connected;
+// reporterFor(uid) is the item's Reporter), then
 // records each Result as the item's end. Per work item of type
 // wire.TypeUpgrade it calls r.Run(ctx, w.UID, w.Spec, report); items of
 // type wire.TypeConfirm need a runner that just succeeds (Run finds them in
@@ -592,7 +593,8 @@ func (r *Runner) isUpgrade(ctx context.Context, uid string) (bool, error) {
 // and an action cut short by a crash is resumed or fails into RollBack.
 // It may block up to HealthTimeout, and re-exec the process. Results have
 // Phase wire.PhaseRunning when a restart was started (tests only).
-func (r *Runner) Resume(ctx context.Context, report Reporter) ([]Result, error) {
+// reporter gives the Reporter of each uid (a Reporter does not name its item).
+func (r *Runner) Resume(ctx context.Context, reporter func(uid string) Reporter) ([]Result, error) {
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
@@ -605,7 +607,7 @@ func (r *Runner) Resume(ctx context.Context, report Reporter) ([]Result, error) 
 		// No spec here: Check, WaitingConfirmation and BackUp, which need
 		// it, fail if they were the ones interrupted (nothing changed yet).
 		phase, reason := r.run(ctx, uid, flow.UpgradeFlow(false), wire.UpgradeSpec{},
-			errors.New("the agent restarted during this action"), report)
+			errors.New("the agent restarted during this action"), reporter(uid))
 		results = append(results, Result{UID: uid, Phase: phase, Reason: reason})
 	}
 	return results, nil

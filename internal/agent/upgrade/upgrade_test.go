@@ -108,6 +108,9 @@ func (rc *recorder) report(_ context.Context, phase string, r wire.Report) error
 	return nil
 }
 
+// forUID is the per-uid reporter Resume wants: every uid into rc.
+func (rc *recorder) forUID(string) Reporter { return rc.report }
+
 func (rc *recorder) count() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -252,7 +255,7 @@ func TestUpgradeSwapsRestartsAndConfirms(t *testing.T) {
 	if uids, _ := r2.Interrupted(ctx); len(uids) != 1 || uids[0] != "job-1" {
 		t.Fatalf("Interrupted() = %v, want [job-1]", uids)
 	}
-	res, err := r2.Resume(ctx, n.rec.report)
+	res, err := r2.Resume(ctx, n.rec.forUID)
 	if err != nil || len(res) != 1 || res[0] != (Result{"job-1", wire.PhaseSucceeded, "upgraded from v1.0.0 to v2.0.0"}) {
 		t.Fatalf("Resume() = %+v, %v; want job-1 Succeeded", res, err)
 	}
@@ -263,7 +266,7 @@ func TestUpgradeSwapsRestartsAndConfirms(t *testing.T) {
 	}
 
 	// Idempotent: nothing pending, and a re-run only returns the end.
-	if res, _ := r2.Resume(ctx, n.rec.report); len(res) != 0 {
+	if res, _ := r2.Resume(ctx, n.rec.forUID); len(res) != 0 {
 		t.Errorf("second Resume() = %+v, want nothing", res)
 	}
 	phase, _ = r2.Run(ctx, "job-1", spec(t, wire.UpgradeSpec{URL: url + "/drover-agent", SHA256: new.sha}), n.rec.report)
@@ -340,7 +343,7 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 	r2.HealthTimeout = shortHealth
 	r2.Connected = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 	began := time.Now()
-	res, err := r2.Resume(ctx, n.rec.report)
+	res, err := r2.Resume(ctx, n.rec.forUID)
 	if err != nil || len(res) != 1 || res[0].Phase != wire.PhaseRunning || res[0].Reason != "restarting as v1.0.0" {
 		t.Fatalf("Resume() as the new version = %+v, %v; want Running, restarting as v1.0.0", res, err)
 	}
@@ -357,7 +360,7 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 
 	// The old process starts again and ends the flow.
 	r3 := n.runner(oldVersion)
-	res, err = r3.Resume(ctx, n.rec.report)
+	res, err = r3.Resume(ctx, n.rec.forUID)
 	want := "upgrade to v2.0.0 failed: v2.0.0 did not connect to a hub within 300ms: context deadline exceeded; rolled back to v1.0.0"
 	if err != nil || len(res) != 1 || res[0] != (Result{"job", wire.PhaseFailed, want}) {
 		t.Fatalf("Resume() as the old version = %+v, %v; want Failed, %q", res, err, want)
@@ -593,7 +596,7 @@ func TestResumeAfterACrash(t *testing.T) {
 			}
 			r := n.runner(tt.running)
 			r.Connected = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
-			res, err := r.Resume(ctx, n.rec.report)
+			res, err := r.Resume(ctx, n.rec.forUID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -696,7 +699,7 @@ func TestInterruptedDownloadRollsBackAtTheNextStart(t *testing.T) {
 	}
 	wantReports(t, n.rec.take(), "Check ok Running", "BackUp ok Running")
 
-	res, err := n.runner(oldVersion).Resume(ctx, n.rec.report)
+	res, err := n.runner(oldVersion).Resume(ctx, n.rec.forUID)
 	want := "upgrade to v2.0.0 failed: the agent restarted during the upgrade to v2.0.0, before the new binary was in place; rolled back to v1.0.0"
 	if err != nil || len(res) != 1 || res[0] != (Result{"job", wire.PhaseFailed, want}) {
 		t.Fatalf("Resume() = %+v, %v; want Failed, %q", res, err, want)
