@@ -55,7 +55,8 @@ func (s *stepper) Resume(ctx context.Context, w store.Work, env agent.Env) (stri
 func TestProgressReportsAndResume(t *testing.T) {
 	f := newFixture(t, "hub-progress")
 	snk := &sink{}
-	h := f.startHub(Options{Name: "hub-progress", Status: snk})
+	ws := &works{} // as in production, what is dispatched is also in the node's snapshot
+	h := f.startHub(Options{Name: "hub-progress", Status: snk, Work: ws})
 	st := &stepper{}
 	const node = "progress-node"
 	opts := f.agentOpts(node, h, nil)
@@ -63,6 +64,7 @@ func TestProgressReportsAndResume(t *testing.T) {
 	a := f.startAgent(opts)
 	waitConnected(t, h, node)
 
+	ws.add(node, item("w-steps", "step", `{}`))
 	if err := h.Dispatch(node, item("w-steps", "step", `{}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +79,7 @@ func TestProgressReportsAndResume(t *testing.T) {
 
 	// Stop the agent while an item runs, then start it again on the same state.
 	st.hold = make(chan struct{})
+	ws.add(node, item("w-held", "step", `{}`))
 	if err := h.Dispatch(node, item("w-held", "step", `{}`)); err != nil {
 		t.Fatal(err)
 	}
