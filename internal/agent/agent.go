@@ -223,6 +223,12 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.HeartbeatInterval > 0 {
 		a.heartbeat = opts.HeartbeatInterval
 	}
+	// Node job runners need the DB; the caller's runners win.
+	for typ, r := range a.nodeJobRunners(db) {
+		if _, set := opts.Runners[typ]; !set {
+			a.opts.Runners[typ] = r
+		}
+	}
 	id, err := a.ensureIdentity(ctx)
 	if err != nil {
 		return err
