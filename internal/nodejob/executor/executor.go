@@ -244,12 +244,13 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 		}
 		e.mu.Unlock()
 	}
+	e.log.Debug("indexed slice", "slice", s.Name, "job", s.Job.Name, "nodes", len(s.Nodes), "changed", len(sends), "send", send)
 	if h := e.hub.Load(); send && h != nil {
 		for _, o := range sends {
 			if (*h).Connected(o.node) {
 				if err := (*h).Dispatch(o.node, o.item); err != nil {
-					// The node's next snapshot carries it.
-					e.log.Debug("dispatch deferred to the next connect", "node", o.node, "uid", o.item.GetUid(), "err", err)
+					// The node's next snapshot carries it, if the stream just closed.
+					e.log.Warn("dispatch failed; the node's next connect carries it", "node", o.node, "uid", o.item.GetUid(), "err", err)
 				}
 			}
 		}

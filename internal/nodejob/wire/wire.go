@@ -23,13 +23,13 @@ import (
 
 // Work item types.
 const (
-	TypeUpgrade = "nodejob.upgrade"
-	TypePrePull = "nodejob.prepull"
+	TypeUpgrade = "nodejob-upgrade"
+	TypePrePull = "nodejob-prepull"
 	// TypeConfirm is dispatched, with uid ConfirmUID(upgrade uid), when an
 	// operator confirms a node waiting at WaitingConfirmation: an agent
 	// applies a uid once, so confirmation is an item of its own, which the
 	// upgrade runner looks for in the agent DB.
-	TypeConfirm = "nodejob.confirm"
+	TypeConfirm = "nodejob-confirm"
 )
 
 // ConfirmUID is the uid of the confirmation item of upgrade item uid.

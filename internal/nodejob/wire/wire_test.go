@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
 
 const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -51,5 +54,18 @@ func TestReportRoundTripClips(t *testing.T) {
 	}
 	if _, err := DecodeReport(`{"action":""}`); err == nil {
 		t.Error("a report without an action was accepted")
+	}
+}
+
+func TestItemsPassTheProtocolsChecks(t *testing.T) {
+	uid := "1a504b8a-aa19-4762-bb70-9592f0db36e8"
+	for _, it := range []*agentv1.WorkItem{
+		{Uid: uid, Type: TypeUpgrade, Spec: []byte(`{}`)},
+		{Uid: uid, Type: TypePrePull, Spec: []byte(`{}`)},
+		{Uid: ConfirmUID(uid), Type: TypeConfirm, Spec: []byte(`{}`)},
+	} {
+		if err := protocol.Validate(protocol.NewDispatch("node-1", 1, it)); err != nil {
+			t.Errorf("item %s/%s: %v", it.GetType(), it.GetUid(), err)
+		}
 	}
 }
