@@ -134,6 +134,36 @@ func TestNodeJobs(t *testing.T) {
 		}
 	})
 
+	t.Run("a new binary that cannot start is rolled back", func(t *testing.T) {
+		broken := testenv.Binary(t, "./cmd/drover-agent", "-X github.com/drover-fleet/drover/internal/agent/cmd.Version=v0.0.3-e2e",
+			"-X github.com/drover-fleet/drover/internal/agent/cmd.failAtStart=true")
+		bsrv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(broken))))
+		t.Cleanup(bsrv.Close)
+		dir := t.TempDir()
+		bin := copyBinary(t, c.agent, dir)
+		start(t, "drover-agent edge-rb", bin, "--node", "edge-rb", "--state-dir", filepath.Join(dir, "state"), "--ca-file", c.ca,
+			"--heartbeat-interval", heartbeatInterval.String(), "--hub", c.hub, "--token", c.token(t, true, time.Hour))
+		c.waitPhase(t, "edge-rb", fleetv1.FleetNodeOnline, defaultTimeout)
+		job := &opsv1.NodeUpgradeJob{ObjectMeta: metav1.ObjectMeta{Name: "up-broken"}, Spec: opsv1.NodeUpgradeJobSpec{
+			NodeNames: []string{"edge-rb"}, Version: "v0.0.3-e2e",
+			Artifact: opsv1.AgentArtifact{URL: bsrv.URL + "/" + filepath.Base(broken), SHA256: sha256File(t, broken)},
+		}}
+		if err := c.client.Create(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		waitJobPhase(t, c, job, jobTimeout)
+		out, _ := c.cli(t, "describe", "nuj", "up-broken")
+		if job.Status.Phase != opsv1.JobPhaseFailure || !regexp.MustCompile(`edge-rb\s+Failure\s+RollBack`).MatchString(out) || !strings.Contains(out, "v0.0.1-e2e") {
+			t.Errorf("broken upgrade: phase %s, describe:\n%s", job.Status.Phase, out)
+		}
+		if sha256File(t, bin) != sha256File(t, c.agent) {
+			t.Error("the running binary is not the old version after the rollback")
+		}
+		if n, _ := c.node(t, "edge-rb"); n.Status.AgentVersion != "v0.0.1-e2e" || n.Status.Phase != fleetv1.FleetNodeOnline {
+			t.Errorf("node after rollback: version %q phase %s", n.Status.AgentVersion, n.Status.Phase)
+		}
+	})
+
 	t.Run("images are pre-pulled from a registry", func(t *testing.T) {
 		reg := httptest.NewServer(registry.New())
 		t.Cleanup(reg.Close)
