@@ -79,6 +79,11 @@ type running struct {
 // controllers and/or a hub. Start it with mgr.Start(ctx).
 func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bool, log *slog.Logger) (*running, error) {
 	metricsAddr := c.metricsAddr
+	// A hub registers nodes in bursts (about a dozen requests each) and
+	// writes their transitions; the CLI's 50 requests/s would make a cold
+	// start of 10,000 nodes take 20 minutes.
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 500, 1000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  manager.Scheme(),
 		Metrics: metricsserver.Options{BindAddress: metricsAddr},
