@@ -281,8 +281,6 @@ func (r *runner) waitConnected(ctx context.Context, ps []*proc, server func() (i
 	}
 }
 
-type usagePair struct{ a, b procUsage }
-
 func readAll(ps []*proc) []procUsage {
 	out := make([]procUsage, len(ps))
 	for i, p := range ps {

@@ -180,10 +180,9 @@ type Hub struct {
 	live     *liveness.Tracker
 	sessions map[string]*session
 
-	ready    chan struct{} // closed once listening
-	addr     net.Addr
-	ca       *pki.CA
-	caLoaded sync.Once
+	ready chan struct{} // closed once listening
+	addr  net.Addr
+	ca    *pki.CA
 }
 
 // New validates opts and returns a Hub that is not running yet.

@@ -140,7 +140,3 @@ type FleetNodeList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FleetNode `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&FleetNode{}, &FleetNodeList{})
-}

@@ -1,8 +1,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -10,8 +11,14 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "operations.drover.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers this package's kinds with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds this package's kinds to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &NodeUpgradeJob{}, &NodeUpgradeJobList{}, &ImagePrePullJob{}, &ImagePrePullJobList{}, &NodeTaskSlice{}, &NodeTaskSliceList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -81,7 +81,3 @@ type ImagePrePullJobList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ImagePrePullJob `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ImagePrePullJob{}, &ImagePrePullJobList{})
-}

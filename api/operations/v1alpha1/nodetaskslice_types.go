@@ -56,7 +56,3 @@ type NodeTaskSliceList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeTaskSlice `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeTaskSlice{}, &NodeTaskSliceList{})
-}

@@ -122,7 +122,3 @@ type NodeUpgradeJobList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeUpgradeJob `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeUpgradeJob{}, &NodeUpgradeJobList{})
-}

@@ -140,7 +140,6 @@ type run[T opsv1.NodeJob] struct {
 	targets []opsv1.NodeTaskStatus // Init: the initial entries
 	slices  []opsv1.NodeTaskSlice
 	recheck time.Duration
-	note    string // an extra Warning to record, e.g. a bad failureTolerate
 }
 
 func (w *run[T]) resolveNodes(ctx context.Context) (reconcile.Result, error) {

@@ -270,7 +270,7 @@ func TestSilentNodeGoesUnknownAndAbortEndsTheJob(t *testing.T) {
 	uid := string(job.UID)
 	// Nobody reports: each node in turn times out to Unknown, and the job
 	// is not wedged by them.
-	job = waitJob(t, job, "Failure after every node timed out", phaseIs[*opsv1.ImagePrePullJob](opsv1.JobPhaseFailure))
+	waitJob(t, job, "Failure after every node timed out", phaseIs[*opsv1.ImagePrePullJob](opsv1.JobPhaseFailure))
 	e := entries(t, uid)
 	if phases(e) != "ab-a=Unknown ab-b=Unknown ab-c=Unknown" || !strings.Contains(e["ab-a"].Reason, "no report within 1s") {
 		t.Errorf("entries = %s, reason %q", phases(e), e["ab-a"].Reason)
