@@ -124,7 +124,10 @@ func goCommand() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	return "go" // fails with "executable file not found", which says what to fix
 }
 
 // RepoRoot returns the root of this repository: the nearest directory at or
