@@ -8,6 +8,11 @@
 //
 //	agentsim -hub 127.0.0.1:7443 -ca ca.crt -token ID.SECRET -agents 5000 -first 0 -src-first 10 -src-count 8
 //
+// With -nodejobs each agent also answers node-job upgrade items
+// (wire.TypeUpgrade) at once with no-op actions: it acks the item and sends,
+// one SendMessage each, Running for Check and BackUp and Succeeded for
+// Upgrade (bench/nodejob).
+//
 // With -echo-hub it is instead a trivial AgentHub server (the benchmark's
 // baseline): same gRPC/TLS server settings as the hub, certificates signed in
 // memory, no Kubernetes API, no liveness tracking.
@@ -23,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -44,7 +50,21 @@ func main() {
 	flag.DurationVar(&o.heartbeat, "heartbeat", 30*time.Second, "heartbeat interval (each agent gets a random phase)")
 	flag.IntVar(&o.workers, "workers", 32, "goroutines sending heartbeats")
 	flag.DurationVar(&o.report, "report", 5*time.Second, "how often to print a stat line")
+	flag.BoolVar(&o.nodeJobs, "nodejobs", false, "answer node-job upgrade items at once with no-op actions, as the real agent reports them (Check, BackUp, Upgrade)")
+	flag.StringVar(&o.version, "version", "agentsim", "agent version the simulated agents report (-nodejobs: the version an upgrade starts from)")
+	labels := flag.String("labels", "", "node labels k=v,k=v the agents report (the hub puts them on the FleetNodes)")
 	flag.Parse()
+	if *labels != "" {
+		o.labels = map[string]string{}
+		for kv := range strings.SplitSeq(*labels, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(os.Stderr, "agentsim: -labels: %q is not k=v\n", kv)
+				os.Exit(2)
+			}
+			o.labels[k] = v
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -31,6 +31,13 @@ type simOptions struct {
 	srcFirst, srcCount         int
 	concurrency, workers       int
 	heartbeat, report          time.Duration
+
+	// nodeJobs makes each agent answer node-job upgrade items at once
+	// (nodejob.go); version is the agent version it reports; labels go into
+	// NodeInfo (the hub copies them onto the FleetNode).
+	nodeJobs bool
+	version  string
+	labels   map[string]string
 }
 
 // Timeouts as in internal/agent: one Register call, one SendMessage call.
@@ -44,6 +51,7 @@ type counters struct {
 	registered, connected, regErrors, streamErrors        atomic.Int64
 	heartbeats, hbErrors, hbSkipped, acks, configMismatch atomic.Int64
 	hbLatSum, hbLatMax, hbLatN                            atomic.Int64 // since the last stat line
+	jobItems, jobStatuses, jobErrors                      atomic.Int64 // -nodejobs
 }
 
 type sim struct {
@@ -68,6 +76,9 @@ type simAgent struct {
 	inWheel   bool
 
 	hubRev, agentRev uint64
+	// jobs holds the last status sent for each node-job item (-nodejobs):
+	// an item is answered once, and its end goes into NodeState on reconnect.
+	jobs map[string]*agentv1.WorkStatus
 }
 
 func runSim(ctx context.Context, o simOptions) error {
@@ -96,9 +107,10 @@ func runSim(ctx context.Context, o simOptions) error {
 		// What a small machine reports; the hub validates and stores it.
 		info: &agentv1.NodeInfo{
 			Capacity:     map[string]string{"cpu": "2", "memory": "1Gi"},
-			AgentVersion: "agentsim",
+			AgentVersion: o.version,
 			Os:           runtime.GOOS,
 			Arch:         runtime.GOARCH,
+			Labels:       o.labels,
 		},
 	}
 	s.wheel = newWheel(o.heartbeat, 100*time.Millisecond, o.workers, s.beat)
@@ -153,10 +165,10 @@ func (s *sim) printStats(ctx context.Context, began time.Time, allUp <-chan stru
 		if n > 0 {
 			mean = float64(sum) / float64(n) / 1e6
 		}
-		fmt.Printf("stat t=%.0f registered=%d connected=%d reg_errors=%d stream_errors=%d heartbeats=%d hb_errors=%d hb_skipped=%d acks=%d hb_mean_ms=%.2f hb_max_ms=%.2f config_mismatch=%d all_connected_s=%.1f\n",
+		fmt.Printf("stat t=%.0f registered=%d connected=%d reg_errors=%d stream_errors=%d heartbeats=%d hb_errors=%d hb_skipped=%d acks=%d hb_mean_ms=%.2f hb_max_ms=%.2f config_mismatch=%d all_connected_s=%.1f job_items=%d job_statuses=%d job_errors=%d\n",
 			time.Since(began).Seconds(), s.st.registered.Load(), s.st.connected.Load(), s.st.regErrors.Load(), s.st.streamErrors.Load(),
 			s.st.heartbeats.Load(), s.st.hbErrors.Load(), s.st.hbSkipped.Load(), s.st.acks.Load(), mean, float64(mx)/1e6,
-			s.st.configMismatch.Load(), upAfter)
+			s.st.configMismatch.Load(), upAfter, s.st.jobItems.Load(), s.st.jobStatuses.Load(), s.st.jobErrors.Load())
 	}
 }
 
@@ -278,7 +290,7 @@ func (a *simAgent) registerOnce(ctx context.Context, req *agentv1.RegisterReques
 
 func (a *simAgent) nodeInfo() *agentv1.NodeInfo {
 	i := a.s.info
-	return &agentv1.NodeInfo{Capacity: i.Capacity, AgentVersion: i.AgentVersion, Os: i.Os, Arch: i.Arch, Hostname: a.name}
+	return &agentv1.NodeInfo{Capacity: i.Capacity, AgentVersion: i.AgentVersion, Os: i.Os, Arch: i.Arch, Hostname: a.name, Labels: i.Labels}
 }
 
 // session opens GetMessage, reports the node's state (as the real agent
@@ -297,7 +309,7 @@ func (a *simAgent) session(ctx context.Context, release func()) error {
 		return err
 	}
 	a.agentRev++
-	if _, err := a.call(ctx, protocol.NewNodeState(a.name, a.agentRev, a.nodeInfo(), nil)); err != nil {
+	if _, err := a.call(ctx, protocol.NewNodeState(a.name, a.agentRev, a.nodeInfo(), a.jobStatuses())); err != nil {
 		return err
 	}
 	a.connected.Store(true)
@@ -344,6 +356,9 @@ func (a *simAgent) handle(ctx context.Context, env *agentv1.Envelope) error {
 		return err
 	}
 	a.s.st.acks.Add(1)
+	if a.s.opts.nodeJobs {
+		return a.answerJobs(ctx, env)
+	}
 	return nil
 }
 
