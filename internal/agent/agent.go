@@ -240,6 +240,16 @@ func Run(ctx context.Context, opts Options) error {
 	// (hub restart, network blip) must neither interrupt a running item nor
 	// leave it Running for ever; its status waits in the outbox.
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		// Once connected, start-up is over: let the kernel have back the
+		// pages of the binary only start-up used.
+		if a.waitConnected(ctx) == nil {
+			if n := trimBinaryPages(); n > 0 {
+				a.log.Debug("released start-up pages of the binary", "advisedBytes", n)
+			}
+		}
+		return nil
+	})
 	g.Go(func() error { return a.runWork(ctx) })
 	g.Go(func() error { return a.connectLoop(ctx, id) })
 	return g.Wait()

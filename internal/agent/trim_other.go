@@ -1,0 +1,5 @@
+//go:build !linux
+
+package agent
+
+func trimBinaryPages() int { return 0 }
