@@ -229,7 +229,9 @@ func (a *simAgent) run(ctx context.Context, release func()) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.st.streamErrors.Add(1)
+		if s.st.streamErrors.Add(1) <= 5 {
+			fmt.Fprintf(os.Stderr, "agentsim: %s: stream: %v\n", a.name, err)
+		}
 		if status.Code(err) == codes.Unauthenticated || status.Code(err) == codes.PermissionDenied {
 			fmt.Fprintf(os.Stderr, "agentsim: %s: refused: %v\n", a.name, err)
 			return
