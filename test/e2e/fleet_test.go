@@ -231,9 +231,10 @@ func TestFleet(t *testing.T) {
 	})
 }
 
-// TestNodeJobCLI drives a NodeUpgradeJob through `drover server`'s manager
-// with the CLI. No hub executes it yet, so the admitted node times out to
-// Unknown: what matters here is what an operator sees.
+// TestNodeJobCLI drives a NodeUpgradeJob that needs confirmation through
+// the CLI: the node waits until `drover confirm`, then its download fails
+// (nothing listens on the URL) and it rolls back: what matters here is what
+// an operator sees.
 func TestNodeJobCLI(t *testing.T) {
 	c := startCluster(t)
 	c.startAgent(t, "edge-job", t.TempDir(), "--hub", c.hub, "--token", c.token(t, true, time.Hour), "--labels", "ring=canary")
@@ -255,18 +256,25 @@ func TestNodeJobCLI(t *testing.T) {
 		}
 		return ""
 	})
+	eventually(t, defaultTimeout, func() string {
+		out, err := c.cli(t, "describe", "nuj", "canary")
+		if err != nil || !regexp.MustCompile(`edge-job\s+InProgress\s+WaitingConfirmation`).MatchString(out) {
+			return fmt.Sprintf("not waiting for confirmation: %q, %v", out, err)
+		}
+		return ""
+	})
 	if out, err := c.cli(t, "confirm", "canary", "edge-job"); err != nil || !strings.Contains(out, "confirmed for edge-job") {
 		t.Errorf("drover confirm = %q, %v", out, err)
 	}
 	eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "describe", "nodeupgradejob", "canary")
-		if err != nil || !strings.Contains(out, "Phase:       Failure") || !regexp.MustCompile(`edge-job\s+Unknown`).MatchString(out) || !strings.Contains(out, "no report within 3s") {
+		if err != nil || !strings.Contains(out, "Phase:       Failure") || !regexp.MustCompile(`edge-job\s+Failure\s+RollBack`).MatchString(out) || !strings.Contains(out, "rolled back to v0.0.1-e2e") {
 			return fmt.Sprintf("drover describe = %q, %v", out, err)
 		}
 		return ""
 	})
 	out, err := c.cli(t, "watch", "nuj", "canary", "--timeout", "10s")
-	if err == nil || !strings.Contains(out, "Failure") || !strings.Contains(out, "edge-job Unknown") {
+	if err == nil || !strings.Contains(out, "Failure") || !strings.Contains(out, "edge-job Failure at RollBack") {
 		t.Errorf("drover watch on a failed job = %q, %v; want the failures and a non-zero exit", out, err)
 	}
 	if out, err := c.cli(t, "abort", "nuj", "canary"); err == nil || !strings.Contains(out, "already ended") {
