@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -165,7 +167,7 @@ func TestNodeJobs(t *testing.T) {
 	})
 
 	t.Run("images are pre-pulled from a registry", func(t *testing.T) {
-		reg := httptest.NewServer(registry.New())
+		reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 		t.Cleanup(reg.Close)
 		host := strings.TrimPrefix(reg.URL, "http://")
 		img, err := random.Image(1024, 2)
