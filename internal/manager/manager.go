@@ -8,6 +8,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/controllers/fleetnode"
@@ -24,6 +25,9 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	if err := opsv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := batchv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s

@@ -1,0 +1,96 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TaskGroupTemplate is one group of a FleetJob.
+type TaskGroupTemplate struct {
+	// name of the group; the TaskGroup is named <job>-<name>.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// count of tasks in the group.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Count    int32        `json:"count"`
+	Template TaskTemplate `json:"template"`
+}
+
+// FleetJobSpec is a workflow of task groups (K8s4r's Job).
+type FleetJobSpec struct {
+	// nodeSelector (the seed's robotSelector) applies to every task that
+	// has none of its own.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// priority of every task that sets none.
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+	// restartPolicy of every task that sets none.
+	// +kubebuilder:validation:Enum=Never;OnFailure
+	// +optional
+	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
+	// reschedulePolicy of every task that sets none.
+	// +kubebuilder:validation:Enum=Never;OnNodeLost
+	// +optional
+	ReschedulePolicy ReschedulePolicy `json:"reschedulePolicy,omitempty"`
+	// taskGroups, each made into a TaskGroup owned by this job.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	TaskGroups []TaskGroupTemplate `json:"taskGroups"`
+}
+
+// GroupSummary is one TaskGroup's phase and counts in its job's status.
+type GroupSummary struct {
+	Name string `json:"name"`
+	// +optional
+	Phase GroupPhase `json:"phase,omitempty"`
+	// +optional
+	Counts TaskCounts `json:"counts,omitempty"`
+}
+
+// FleetJobStatus aggregates the job's TaskGroups.
+type FleetJobStatus struct {
+	// +optional
+	Phase GroupPhase `json:"phase,omitempty"`
+	// counts over all the job's tasks.
+	// +optional
+	Counts TaskCounts `json:"counts,omitempty"`
+	// +optional
+	Groups []GroupSummary `json:"groups,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FleetJob is a set of task groups run on fleet nodes (K8s4r's Job).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=fj,categories=drover
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Tasks",type=integer,JSONPath=`.status.counts.total`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pending`
+// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`
+// +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.counts.completed`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FleetJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FleetJobSpec   `json:"spec"`
+	Status FleetJobStatus `json:"status,omitempty"`
+}
+
+// FleetJobList is a list of FleetJobs.
+// +kubebuilder:object:root=true
+type FleetJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FleetJob `json:"items"`
+}

@@ -1,0 +1,294 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TaskState is where a task's current attempt is.
+// +kubebuilder:validation:Enum=Pending;Scheduled;Dispatching;Running;Completed;Failed
+type TaskState string
+
+const (
+	// TaskPending: waiting for a node (or for its restart backoff to pass).
+	TaskPending TaskState = "Pending"
+	// TaskScheduled: the manager chose status.nodeName; a hub will send it.
+	TaskScheduled TaskState = "Scheduled"
+	// TaskDispatching: the hub sent it; the agent has not started it yet.
+	TaskDispatching TaskState = "Dispatching"
+	// TaskRunning: the agent started the process.
+	TaskRunning TaskState = "Running"
+	// TaskCompleted: the process exited 0. Final.
+	TaskCompleted TaskState = "Completed"
+	// TaskFailed: the last attempt failed and no other will be made. Final.
+	TaskFailed TaskState = "Failed"
+)
+
+// Final reports whether a task in state s will not change any more.
+func (s TaskState) Final() bool { return s == TaskCompleted || s == TaskFailed }
+
+// Holds reports whether a task in state s holds resources on its node.
+func (s TaskState) Holds() bool { return s == TaskScheduled || s == TaskDispatching || s == TaskRunning }
+
+// RestartPolicy says whether a failed attempt is followed by another.
+// +kubebuilder:validation:Enum=Never;OnFailure
+type RestartPolicy string
+
+const (
+	RestartNever     RestartPolicy = "Never"
+	RestartOnFailure RestartPolicy = "OnFailure"
+)
+
+// ReschedulePolicy says what happens to a task whose node goes Offline.
+// +kubebuilder:validation:Enum=Never;OnNodeLost
+type ReschedulePolicy string
+
+const (
+	// RescheduleNever fails the task with reason NodeLost.
+	RescheduleNever ReschedulePolicy = "Never"
+	// RescheduleOnNodeLost starts a new attempt on another node.
+	RescheduleOnNodeLost ReschedulePolicy = "OnNodeLost"
+)
+
+// Reasons in Task status and Events.
+const (
+	ReasonUnschedulable = "Unschedulable"
+	ReasonScheduled     = "Scheduled"
+	ReasonNodeLost      = "NodeLost"
+	ReasonTimeout       = "timeout"
+	ReasonBackoff       = "BackOff"
+	ReasonCancelled     = "Cancelled"
+	ReasonAttemptsSpent = "AttemptsExhausted"
+)
+
+// EnvVar is one environment variable of a task's process.
+type EnvVar struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=32768
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// Artifact is a file fetched into the task's working directory before the
+// process starts, and checked against its digest.
+type Artifact struct {
+	// url to fetch (http or https).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,=%-]+$`
+	URL string `json:"url"`
+	// sha256 of the file, 64 lowercase hex digits.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	SHA256 string `json:"sha256"`
+	// path of the file, relative to the task's working directory. No part
+	// of it may start with a dot, so it cannot climb out with "..".
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$`
+	Path string `json:"path"`
+	// executable sets the file's mode to 0755.
+	// +optional
+	Executable bool `json:"executable,omitempty"`
+}
+
+// SpreadConstraint spreads the tasks of one TaskGroup over nodes.
+type SpreadConstraint struct {
+	// topologyKey is a node label; tasks are spread over its values. Empty:
+	// over nodes.
+	// +kubebuilder:validation:MaxLength=316
+	// +optional
+	TopologyKey string `json:"topologyKey,omitempty"`
+	// maxSkew is how many more of the group's tasks one domain may hold than
+	// the emptiest eligible one.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:default=1
+	// +optional
+	MaxSkew int32 `json:"maxSkew,omitempty"`
+}
+
+// TaskSpec is what to run, and where and how often to try.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || oldSelf.nodeName == '' || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
+type TaskSpec struct {
+	// driver runs the task. Only exec: a process on the node.
+	// +kubebuilder:validation:Enum=exec
+	// +kubebuilder:default=exec
+	// +optional
+	Driver string `json:"driver,omitempty"`
+	// command is the argv of the process; command[0] is a path or a name
+	// looked up in the agent's PATH. Never run through a shell.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self[0].size() > 0",message="command[0] must name a program"
+	Command []string `json:"command"`
+	// env of the process, added to a minimal environment (PATH, HOME).
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []EnvVar `json:"env,omitempty"`
+	// workingDir is an absolute path on the node. Default: a fresh directory
+	// for the attempt under the agent's state dir.
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^/[^\x00\n]*$`
+	// +optional
+	WorkingDir string `json:"workingDir,omitempty"`
+	// artifacts are fetched and checked before the process starts.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// resources the task holds on its node while scheduled or running,
+	// counted against the node's reported capacity (cpu, memory, …).
+	// +optional
+	Resources corev1.ResourceList `json:"resources,omitempty"`
+	// timeout of one attempt; then SIGTERM to its process group, and
+	// SIGKILL after killTimeout. Unset: no limit.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// killTimeout is the grace between SIGTERM and SIGKILL. Default 10s.
+	// +optional
+	KillTimeout *metav1.Duration `json:"killTimeout,omitempty"`
+	// nodeSelector chooses eligible nodes by their labels (the seed's
+	// robotSelector). Unset: every node.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// nodeName pins the task to one node; the scheduler then only checks it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// spread of the group's tasks over nodes or a node label.
+	// +optional
+	Spread *SpreadConstraint `json:"spread,omitempty"`
+	// priority orders scheduling: higher first, then older first.
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+	// restartPolicy after a failed attempt. Default Never.
+	// +kubebuilder:default=Never
+	// +optional
+	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
+	// reschedulePolicy when the node goes Offline. Default OnNodeLost.
+	// +kubebuilder:default=OnNodeLost
+	// +optional
+	ReschedulePolicy ReschedulePolicy `json:"reschedulePolicy,omitempty"`
+	// maxAttempts bounds the attempts, restarts and reschedules together.
+	// Default 3.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=3
+	// +optional
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+	// backoff before the first restart; it doubles for each later one, up
+	// to 5 minutes. Default 10s.
+	// +optional
+	Backoff *metav1.Duration `json:"backoff,omitempty"`
+}
+
+// TaskAttempt records one attempt of a task.
+type TaskAttempt struct {
+	Attempt int32  `json:"attempt"`
+	Node    string `json:"node,omitempty"`
+	// +optional
+	State TaskState `json:"state,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+}
+
+// TaskStatus is the state of the task's current attempt and its history.
+type TaskStatus struct {
+	// +optional
+	State TaskState `json:"state,omitempty"`
+	// reason is a CamelCase word or "timeout"; message says more.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// attempt counts from 1; each has its own work id on the agent.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// nodeName is where the current attempt runs.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// nextAttemptTime is when a restart waiting out its backoff may start.
+	// +optional
+	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
+	// history of earlier attempts, oldest first (the last 20).
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	History []TaskAttempt `json:"history,omitempty"`
+	// outputTail is the end of the attempt's output (stdout then stderr),
+	// at most 4 KiB. `drover logs` shows all of it.
+	// +kubebuilder:validation:MaxLength=8192
+	// +optional
+	OutputTail string `json:"outputTail,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WorkID is the id of attempt n of the task with uid on the agent.
+func WorkID(uid string, attempt int32) string {
+	return "task-" + uid + "-" + itoa(attempt)
+}
+
+func itoa(n int32) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [12]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// Task runs one program on one node (K8s4r's Task).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=tk,categories=drover
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`
+// +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Task struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TaskSpec   `json:"spec"`
+	Status TaskStatus `json:"status,omitempty"`
+}
+
+// TaskList is a list of Tasks.
+// +kubebuilder:object:root=true
+type TaskList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Task `json:"items"`
+}

@@ -1,0 +1,97 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels the manager sets on what it creates.
+const (
+	LabelFleetJob  = "batch.drover.io/fleetjob"
+	LabelTaskGroup = "batch.drover.io/taskgroup"
+	LabelIndex     = "batch.drover.io/index"
+)
+
+// GroupPhase is where a TaskGroup or FleetJob is as a whole.
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
+type GroupPhase string
+
+const (
+	// GroupPending: no task has started yet.
+	GroupPending GroupPhase = "Pending"
+	// GroupRunning: some task is not final.
+	GroupRunning GroupPhase = "Running"
+	// GroupCompleted: every task Completed.
+	GroupCompleted GroupPhase = "Completed"
+	// GroupFailed: every task is final and at least one Failed.
+	GroupFailed GroupPhase = "Failed"
+)
+
+// TaskCounts counts tasks by state.
+type TaskCounts struct {
+	Total       int32 `json:"total"`
+	Pending     int32 `json:"pending,omitempty"`
+	Scheduled   int32 `json:"scheduled,omitempty"`
+	Dispatching int32 `json:"dispatching,omitempty"`
+	Running     int32 `json:"running,omitempty"`
+	Completed   int32 `json:"completed,omitempty"`
+	Failed      int32 `json:"failed,omitempty"`
+}
+
+// TaskTemplate is the metadata and spec of the tasks a group creates.
+type TaskTemplate struct {
+	// labels added to every task.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	Spec   TaskSpec          `json:"spec"`
+}
+
+// TaskGroupSpec makes count tasks from one template.
+type TaskGroupSpec struct {
+	// count of tasks, named <group>-<index>.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Count    int32        `json:"count"`
+	Template TaskTemplate `json:"template"`
+}
+
+// TaskGroupStatus aggregates the group's tasks.
+type TaskGroupStatus struct {
+	// +optional
+	Phase GroupPhase `json:"phase,omitempty"`
+	// +optional
+	Counts TaskCounts `json:"counts,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TaskGroup is count tasks from one template (K8s4r's TaskGroup). A FleetJob
+// owns its groups; a TaskGroup can also be created on its own.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=tg,categories=drover
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Count",type=integer,JSONPath=`.spec.count`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pending`
+// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`
+// +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.counts.completed`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TaskGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TaskGroupSpec   `json:"spec"`
+	Status TaskGroupStatus `json:"status,omitempty"`
+}
+
+// TaskGroupList is a list of TaskGroups.
+// +kubebuilder:object:root=true
+type TaskGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TaskGroup `json:"items"`
+}

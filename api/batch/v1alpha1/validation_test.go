@@ -1,0 +1,143 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := batchv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	var stop func()
+	env, stop = testenv.StartMain(testenv.Options{Scheme: s})
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func task(name string, mutate func(*batchv1.Task)) *batchv1.Task {
+	t := &batchv1.Task{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       batchv1.TaskSpec{Command: []string{"/bin/echo", "hello; rm -rf /"}},
+	}
+	if mutate != nil {
+		mutate(t)
+	}
+	return t
+}
+
+func TestTaskValidation(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		task    *batchv1.Task
+		wantErr string
+	}{
+		{"argv with shell characters is just data", task("ok-argv", nil), ""},
+		{"full spec", task("ok-full", func(t *batchv1.Task) {
+			t.Spec.Env = []batchv1.EnvVar{{Name: "MODE", Value: "$(not expanded)"}}
+			t.Spec.WorkingDir = "/var/lib/work"
+			t.Spec.Artifacts = []batchv1.Artifact{{URL: "https://example.com/a.tar", SHA256: digest, Path: "in/a.tar"}}
+			t.Spec.Timeout = &metav1.Duration{Duration: time.Minute}
+			t.Spec.RestartPolicy = batchv1.RestartOnFailure
+		}), ""},
+		{"empty command", task("bad-cmd", func(t *batchv1.Task) { t.Spec.Command = nil }), "command"},
+		{"empty program", task("bad-prog", func(t *batchv1.Task) { t.Spec.Command = []string{""} }), "command[0] must name a program"},
+		{"env name with injection", task("bad-env", func(t *batchv1.Task) { t.Spec.Env = []batchv1.EnvVar{{Name: "A;B", Value: "x"}} }), "name"},
+		{"relative working dir", task("bad-wd", func(t *batchv1.Task) { t.Spec.WorkingDir = "tmp" }), "workingDir"},
+		{"artifact escaping the working dir", task("bad-art", func(t *batchv1.Task) {
+			t.Spec.Artifacts = []batchv1.Artifact{{URL: "https://example.com/a", SHA256: digest, Path: "a/../../etc/passwd"}}
+		}), "path"},
+		{"artifact url with a backtick", task("bad-url", func(t *batchv1.Task) {
+			t.Spec.Artifacts = []batchv1.Artifact{{URL: "https://example.com/`id`", SHA256: digest, Path: "a"}}
+		}), "url"},
+		{"short digest", task("bad-digest", func(t *batchv1.Task) {
+			t.Spec.Artifacts = []batchv1.Artifact{{URL: "https://example.com/a", SHA256: "abc", Path: "a"}}
+		}), "sha256"},
+		{"unknown driver", task("bad-driver", func(t *batchv1.Task) { t.Spec.Driver = "docker" }), "driver"},
+		{"zero attempts", task("bad-attempts", func(t *batchv1.Task) { t.Spec.MaxAttempts = -1 }), "maxAttempts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, tt.task)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("create succeeded, want an error mentioning %q", tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q does not mention %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestTaskDefaultsAndImmutableNode(t *testing.T) {
+	ctx := context.Background()
+	tk := task("defaults", func(t *batchv1.Task) { t.Spec.NodeName = "edge-1" })
+	if err := env.Client.Create(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	if tk.Spec.Driver != "exec" || tk.Spec.RestartPolicy != batchv1.RestartNever || tk.Spec.ReschedulePolicy != batchv1.RescheduleOnNodeLost || tk.Spec.MaxAttempts != 3 {
+		t.Errorf("defaults = driver %q restart %q reschedule %q attempts %d", tk.Spec.Driver, tk.Spec.RestartPolicy, tk.Spec.ReschedulePolicy, tk.Spec.MaxAttempts)
+	}
+	tk.Spec.NodeName = "edge-2"
+	if err := env.Client.Update(ctx, tk); err == nil || !strings.Contains(err.Error(), "nodeName cannot be changed") {
+		t.Errorf("changing nodeName: err = %v, want refusal", err)
+	}
+}
+
+func TestFleetJobValidation(t *testing.T) {
+	ctx := context.Background()
+	ok := &batchv1.FleetJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "survey", Namespace: "default"},
+		Spec: batchv1.FleetJobSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "north"}},
+			TaskGroups: []batchv1.TaskGroupTemplate{{Name: "scan", Count: 3,
+				Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}}},
+		},
+	}
+	if err := env.Client.Create(ctx, ok); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	bad := ok.DeepCopy()
+	bad.ResourceVersion = ""
+	bad.Name = "bad-group"
+	bad.Spec.TaskGroups[0].Name = "Scan_1"
+	if err := env.Client.Create(ctx, bad); err == nil {
+		t.Error("a group name that is no DNS label was accepted")
+	}
+	none := ok.DeepCopy()
+	none.ResourceVersion = ""
+	none.Name = "no-groups"
+	none.Spec.TaskGroups = nil
+	if err := env.Client.Create(ctx, none); err == nil {
+		t.Error("a job without groups was accepted")
+	}
+}
