@@ -28,7 +28,9 @@ const (
 func (s TaskState) Final() bool { return s == TaskCompleted || s == TaskFailed }
 
 // Holds reports whether a task in state s holds resources on its node.
-func (s TaskState) Holds() bool { return s == TaskScheduled || s == TaskDispatching || s == TaskRunning }
+func (s TaskState) Holds() bool {
+	return s == TaskScheduled || s == TaskDispatching || s == TaskRunning
+}
 
 // RestartPolicy says whether a failed attempt is followed by another.
 // +kubebuilder:validation:Enum=Never;OnFailure
@@ -107,7 +109,7 @@ type SpreadConstraint struct {
 }
 
 // TaskSpec is what to run, and where and how often to try.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || oldSelf.nodeName == '' || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || oldSelf.nodeName == ” || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
 type TaskSpec struct {
 	// driver runs the task. Only exec: a process on the node.
 	// +kubebuilder:validation:Enum=exec
