@@ -242,33 +242,6 @@ type TaskStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// WorkID is the id of attempt n of the task with uid on the agent.
-func WorkID(uid string, attempt int32) string {
-	return "task-" + uid + "-" + itoa(attempt)
-}
-
-func itoa(n int32) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [12]byte
-	i := len(b)
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
-}
-
 // Task runs one program on one node (K8s4r's Task).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
