@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/nodejob/flow"
 )
 
 // jobKind describes one node job kind for the CLI.
@@ -137,7 +138,11 @@ func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.Node
 	fmt.Fprintln(tw, "  NODE\tPHASE\tACTION\tVERSION\tUPDATED\tREASON")
 	for _, n := range nodes {
 		ver := n.CurrentVersion
-		if n.HistoricVersion != "" {
+		switch {
+		case n.Action == flow.RollBack && ver != "":
+			// historic/current were written by the upgrade it undid.
+			ver += " (rolled back)"
+		case n.HistoricVersion != "" && n.HistoricVersion != ver:
 			ver = n.HistoricVersion + " → " + ver
 		}
 		upd := "<none>"
