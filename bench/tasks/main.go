@@ -1,0 +1,427 @@
+// Command tasks measures Drover tasks (batch.drover.io) end to end: tasks
+// that run `true` on real drover-agent processes, dispatched through gRPC
+// and through MQTT (the hub's embedded broker, and a Mosquitto process).
+//
+// It starts an embedded control plane (`drover controlplane`), the manager
+// (`drover manager`), then for each transport one hub (`drover hub`) and
+// -agents agents, creates -tasks Tasks from -workers concurrent clients and
+// watches them. It prints, per transport: tasks per second from the first
+// create to the last Completed, p50/p99 from create to started (first seen
+// Running, or already ended), and, measured in the same run, the raw
+// throughput of the transport: plain gRPC stream messages, and plain QoS 1
+// publish→receive on the same broker; then the ratio of Drover's dispatch
+// rate to it.
+//
+//	go run ./bench/tasks -tasks 500 -agents 4
+//
+// Results go to bench/RESULTS.md by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/bench/internal/benchproc"
+	"github.com/drover-fleet/drover/internal/manager"
+)
+
+type options struct {
+	tasks, agents, workers, rawN int
+	transports                   string
+	binDir, work                 string
+	keep                         bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.tasks, "tasks", 300, "tasks per transport")
+	flag.IntVar(&o.agents, "agents", 4, "real drover-agent processes per transport")
+	flag.IntVar(&o.workers, "workers", 8, "concurrent clients creating tasks")
+	flag.IntVar(&o.rawN, "raw-messages", 100000, "messages in each raw transport baseline")
+	flag.StringVar(&o.transports, "transports", "grpc,mqtt,mosquitto", "transports to measure")
+	flag.StringVar(&o.binDir, "bin-dir", "", "directory with drover and drover-agent (default: build them)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	work, err := os.MkdirTemp("", "drover-bench-tasks-")
+	if err != nil {
+		fail(err)
+	}
+	o.work = work
+	r := &runner{o: o}
+	err = r.run(ctx)
+	r.stopAll()
+	if !o.keep && err == nil {
+		_ = os.RemoveAll(work)
+	} else {
+		logf("work directory kept: %s", work)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench/tasks:", err)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+type runner struct {
+	o                         options
+	drover, agent             string
+	kubeconfig, token, caFile string
+	cfg                       *rest.Config
+	c                         client.WithWatch
+	mu                        sync.Mutex
+	procs                     []*benchproc.Proc
+}
+
+func (r *runner) start(name, bin string, args ...string) (*benchproc.Proc, error) {
+	p, err := benchproc.Start(r.o.work, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	return p, nil
+}
+
+func (r *runner) stopAll() {
+	r.mu.Lock()
+	ps := r.procs
+	r.procs = nil
+	r.mu.Unlock()
+	for i := len(ps) - 1; i >= 0; i-- {
+		ps[i].Stop(10 * time.Second)
+	}
+}
+
+// result is one transport's figures.
+type result struct {
+	transport      string
+	tasks, agents  int
+	wall           time.Duration
+	p50, p99       time.Duration
+	failed         int
+	rawPerSec      float64
+	rawWhat        string
+	dispatchPerSec float64
+}
+
+func (r *runner) run(ctx context.Context) error {
+	if err := r.binaries(ctx); err != nil {
+		return err
+	}
+	if err := r.startControl(ctx); err != nil {
+		return err
+	}
+	var results []result
+	for _, t := range strings.Split(r.o.transports, ",") {
+		m, ok := modes[strings.TrimSpace(t)]
+		if !ok {
+			return fmt.Errorf("unknown transport %q", t)
+		}
+		res, err := r.runMode(ctx, m)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		results = append(results, res)
+	}
+	fmt.Printf("\n### bench/tasks, %s, %s\n\n", time.Now().UTC().Format("2006-01-02"), benchproc.Machine())
+	fmt.Println("| transport | agents | tasks | failed | tasks/s (create → Completed) | p50 create → started | p99 create → started | raw transport msgs/s | Drover dispatches/s | ratio |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	for _, x := range results {
+		fmt.Printf("| %s | %d | %d | %d | %.1f | %s | %s | %.0f (%s) | %.1f | %.4f |\n", x.transport, x.agents, x.tasks, x.failed,
+			float64(x.tasks)/x.wall.Seconds(), x.p50.Round(time.Millisecond), x.p99.Round(time.Millisecond),
+			x.rawPerSec, x.rawWhat, x.dispatchPerSec, x.dispatchPerSec/x.rawPerSec)
+	}
+	return nil
+}
+
+func (r *runner) binaries(ctx context.Context) error {
+	dir := r.o.binDir
+	if dir == "" {
+		if _, err := os.Stat("go.mod"); err != nil {
+			return errors.New("run from the repository root (go run ./bench/tasks), or pass -bin-dir")
+		}
+		dir = filepath.Join(r.o.work, "bin")
+		for _, pkg := range []string{"./cmd/drover", "./cmd/drover-agent"} {
+			began := time.Now()
+			if out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", pkg).CombinedOutput(); err != nil {
+				return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+			}
+			logf("built %s in %s", pkg, time.Since(began).Round(100*time.Millisecond))
+		}
+	}
+	r.drover, r.agent = filepath.Join(dir, "drover"), filepath.Join(dir, "drover-agent")
+	return nil
+}
+
+func (r *runner) startControl(ctx context.Context) error {
+	logf("control plane: starting")
+	cp, err := r.start("controlplane", r.drover, "controlplane", "--data-dir", filepath.Join(r.o.work, "cp"), "--port", "0",
+		"--crd-dir", "config/crd/bases", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	if r.kubeconfig, err = cp.WaitLine(ctx, "ready kubeconfig=", 5*time.Minute); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, r.drover, "token", "create", "--kubeconfig", r.kubeconfig, "--auto-approve", "--ttl", "0", "--description", "bench/tasks").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("drover token create: %v\n%s", err, out)
+	}
+	if r.token = benchproc.LastToken(string(out)); r.token == "" {
+		return fmt.Errorf("drover token create printed no token:\n%s", out)
+	}
+	if _, err := r.start("manager", r.drover, "manager", "--kubeconfig", r.kubeconfig, "--leader-elect=false",
+		"--metrics-bind-address", "0", "--log-level", "warn"); err != nil {
+		return err
+	}
+	if r.cfg, err = clientcmd.BuildConfigFromFlags("", r.kubeconfig); err != nil {
+		return err
+	}
+	r.cfg.QPS, r.cfg.Burst = 500, 1000
+	if r.c, err = client.NewWithWatch(r.cfg, client.Options{Scheme: manager.Scheme()}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// caFileFor writes Drover's CA (the hub creates it) for agents.
+func (r *runner) writeCA(ctx context.Context) error {
+	if r.caFile != "" {
+		return nil
+	}
+	caPEM, err := exec.CommandContext(ctx, r.drover, "ca", "--kubeconfig", r.kubeconfig).Output()
+	if err != nil {
+		return fmt.Errorf("drover ca: %v", err)
+	}
+	r.caFile = filepath.Join(r.o.work, "ca.crt")
+	return os.WriteFile(r.caFile, caPEM, 0o600)
+}
+
+// mode is one transport: how to start the hub and agents, and its raw baseline.
+type mode struct {
+	name string
+	// setup runs before the hub starts and returns extra hub flags.
+	setup func(ctx context.Context, r *runner) (hubArgs []string, err error)
+	// agentArgs are extra flags for each agent, given the hub's gRPC address.
+	agentArgs func(r *runner, hubAddr string) []string
+	// raw measures the transport's plain message rate.
+	raw func(ctx context.Context, r *runner) (perSec float64, what string, err error)
+}
+
+var modes = map[string]mode{
+	"grpc": {
+		name:      "grpc",
+		setup:     func(context.Context, *runner) ([]string, error) { return nil, nil },
+		agentArgs: func(*runner, string) []string { return nil },
+		raw: func(ctx context.Context, r *runner) (float64, string, error) {
+			v, err := rawGRPC(ctx, r.o.rawN)
+			return v, "gRPC stream", err
+		},
+	},
+}
+
+func (r *runner) runMode(ctx context.Context, m mode) (result, error) {
+	res := result{transport: m.name, tasks: r.o.tasks, agents: r.o.agents}
+	logf("%s: raw baseline", m.name)
+	hubArgs, err := m.setup(ctx, r)
+	if err != nil {
+		return res, err
+	}
+	hub, err := r.start("hub-"+m.name, r.drover, append([]string{"hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench-" + m.name,
+		"--hub-listen", "127.0.0.1:0", "--metrics-bind-address", "0", "--log-level", "warn"}, hubArgs...)...)
+	if err != nil {
+		return res, err
+	}
+	hubAddr, err := hub.WaitLine(ctx, "ready hub=", 2*time.Minute)
+	if err != nil {
+		return res, err
+	}
+	hubAddr = strings.Fields(hubAddr)[0]
+	defer hub.Stop(10 * time.Second)
+	if err := r.writeCA(ctx); err != nil {
+		return res, err
+	}
+	if res.rawPerSec, res.rawWhat, err = m.raw(ctx, r); err != nil {
+		return res, fmt.Errorf("raw baseline: %w", err)
+	}
+	logf("%s: raw %s %.0f msgs/s", m.name, res.rawWhat, res.rawPerSec)
+
+	label := "bench-" + m.name
+	for i := range r.o.agents {
+		node := fmt.Sprintf("%s-%d", label, i)
+		args := append([]string{"--node", node, "--state-dir", filepath.Join(r.o.work, node), "--ca-file", r.caFile,
+			"--hub", hubAddr, "--token", r.token, "--labels", "bench=" + m.name, "--log-level", "warn"}, m.agentArgs(r, hubAddr)...)
+		p, err := r.start(node, r.agent, args...)
+		if err != nil {
+			return res, err
+		}
+		defer p.Stop(10 * time.Second)
+	}
+	if err := r.waitOnline(ctx, m.name, r.o.agents, 2*time.Minute); err != nil {
+		return res, err
+	}
+	logf("%s: %d agents Online; creating %d tasks", m.name, r.o.agents, r.o.tasks)
+	return r.runTasks(ctx, m.name, res)
+}
+
+func (r *runner) waitOnline(ctx context.Context, label string, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		var list fleetv1.FleetNodeList
+		if err := r.c.List(ctx, &list, client.MatchingLabels{"bench": label}); err != nil {
+			return err
+		}
+		online := 0
+		for _, x := range list.Items {
+			if x.Status.Phase == fleetv1.FleetNodeOnline {
+				online++
+			}
+		}
+		if online >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d agents Online after %v", online, n, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// runTasks creates the tasks and follows them with a watch until all end.
+func (r *runner) runTasks(ctx context.Context, label string, res result) (result, error) {
+	ns := "bench-" + label
+	_ = r.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	w, err := r.c.Watch(ctx, &batchv1.TaskList{}, client.InNamespace(ns))
+	if err != nil {
+		return res, err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	started := map[string]time.Time{}
+	ended := map[string]time.Time{}
+	failed := 0
+	began := time.Now()
+	jobs := make(chan int)
+	errs := make(chan error, r.o.workers)
+	var wg sync.WaitGroup
+	for range r.o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				name := fmt.Sprintf("t-%05d", i)
+				tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.TaskSpec{
+					Command: []string{"true"}, NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": label}}}}
+				at := time.Now()
+				if err := r.c.Create(ctx, tk); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				created[name] = at
+				mu.Unlock()
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for i := range r.o.tasks {
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	timeout := time.After(time.Duration(r.o.tasks)*100*time.Millisecond + 2*time.Minute)
+	var last time.Time
+	for len(ended) < r.o.tasks {
+		select {
+		case err := <-errs:
+			return res, fmt.Errorf("create task: %w", err)
+		case <-timeout:
+			return res, fmt.Errorf("only %d of %d tasks ended in time (%d started)", len(ended), r.o.tasks, len(started))
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return res, errors.New("task watch closed")
+			}
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			tk, ok := ev.Object.(*batchv1.Task)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			switch tk.Status.State {
+			case batchv1.TaskRunning, batchv1.TaskCompleted, batchv1.TaskFailed:
+				if _, seen := started[tk.Name]; !seen {
+					started[tk.Name] = now
+				}
+			}
+			if tk.Status.State.Final() {
+				if _, seen := ended[tk.Name]; !seen {
+					ended[tk.Name] = now
+					last = now
+					if tk.Status.State == batchv1.TaskFailed {
+						failed++
+					}
+				}
+			}
+		}
+	}
+	wg.Wait()
+	res.wall = last.Sub(began)
+	res.failed = failed
+	var lat []time.Duration
+	mu.Lock()
+	for name, s := range started {
+		if c, ok := created[name]; ok {
+			lat = append(lat, s.Sub(c))
+		}
+	}
+	mu.Unlock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) > 0 {
+		res.p50 = lat[len(lat)*50/100]
+		res.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	res.dispatchPerSec = float64(r.o.tasks) / res.wall.Seconds()
+	logf("%s: %d tasks in %s (%.1f/s), p50 %s p99 %s, %d failed", label, r.o.tasks, res.wall.Round(time.Millisecond),
+		res.dispatchPerSec, res.p50.Round(time.Millisecond), res.p99.Round(time.Millisecond), failed)
+	return res, nil
+}
