@@ -31,6 +31,7 @@ import (
 type componentOptions struct {
 	namespace        string
 	metricsAddr      string
+	pprofAddr        string
 	hubName          string
 	hubListen        string
 	hubHosts         []string
@@ -44,6 +45,7 @@ type componentOptions struct {
 func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.namespace, "namespace", "drover-system", "namespace for Drover's CA, bootstrap tokens and hub Leases")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus /metrics address; 0 disables")
+	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", "Go pprof address for profiling (empty disables)")
 	fs.DurationVar(&c.offlineTimeout, "offline-timeout", 5*time.Minute, "a node silent this long is Offline")
 	c.gates = features.New()
 	fs.Var(features.Flag{Gate: c.gates}, "feature-gates", "comma-separated name=bool pairs (a bare name means true). Known: "+strings.Join(c.gates.KnownFeatures(), "; "))
@@ -93,6 +95,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{c.namespace: {}}},
 		}},
 		HealthProbeBindAddress:  "0",
+		PprofBindAddress:        c.pprofAddr,
 		LeaderElection:          withManager && c.leaderElect,
 		LeaderElectionID:        "drover-manager",
 		LeaderElectionNamespace: c.namespace,
