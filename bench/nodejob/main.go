@@ -64,7 +64,7 @@ type options struct {
 	realAgents                              int
 	connectTimeout, jobTimeout              time.Duration
 	binDir, workDir, mdOut                  string
-	keep                                    bool
+	keep, pprof                             bool
 }
 
 func main() {
@@ -82,6 +82,7 @@ func main() {
 	flag.StringVar(&o.workDir, "work-dir", "", "directory for state and logs (default: a new temporary directory)")
 	flag.StringVar(&o.mdOut, "md", "", "also write the results (markdown) to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from the manager on 127.0.0.1:6061 and the hub on 127.0.0.1:6062")
 	flag.Parse()
 	for f := range strings.SplitSeq(*jc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -247,12 +248,16 @@ func (r *runner) startControl(ctx context.Context) error {
 	}
 	r.hubMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", hubPort)
 	r.mgrMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mgrPort)
+	mgrPprof, hubPprof := "", ""
+	if r.o.pprof {
+		mgrPprof, hubPprof = "127.0.0.1:6061", "127.0.0.1:6062"
+	}
 	if _, err := r.start("manager", r.drover, "manager", "--kubeconfig", r.kubeconfig, "--leader-elect=false",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mgrPort), "--log-level", "warn"); err != nil {
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mgrPort), "--pprof-bind-address", mgrPprof, "--log-level", "warn"); err != nil {
 		return err
 	}
 	r.hub, err = r.start("hub", r.drover, "hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench", "--hub-listen", "127.0.0.1:0",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", hubPort), "--log-level", "warn")
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", hubPort), "--pprof-bind-address", hubPprof, "--log-level", "warn")
 	if err != nil {
 		return err
 	}

@@ -109,7 +109,7 @@ type SpreadConstraint struct {
 }
 
 // TaskSpec is what to run, and where and how often to try.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || oldSelf.nodeName == ” || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || size(oldSelf.nodeName) == 0 || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
 type TaskSpec struct {
 	// driver runs the task. Only exec: a process on the node.
 	// +kubebuilder:validation:Enum=exec
