@@ -65,6 +65,8 @@ type options struct {
 	connectTimeout, jobTimeout              time.Duration
 	binDir, workDir, mdOut                  string
 	keep, pprof                             bool
+	progress                                time.Duration
+	logLevel                                string
 }
 
 func main() {
@@ -82,6 +84,8 @@ func main() {
 	flag.StringVar(&o.workDir, "work-dir", "", "directory for state and logs (default: a new temporary directory)")
 	flag.StringVar(&o.mdOut, "md", "", "also write the results (markdown) to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	flag.StringVar(&o.logLevel, "log-level", "warn", "log level of the manager and the hub (logs are in the work directory)")
+	flag.DurationVar(&o.progress, "progress", 10*time.Second, "how often to print a running job's counts")
 	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from the manager on 127.0.0.1:6061 and the hub on 127.0.0.1:6062")
 	flag.Parse()
 	for f := range strings.SplitSeq(*jc, ",") {
@@ -253,11 +257,11 @@ func (r *runner) startControl(ctx context.Context) error {
 		mgrPprof, hubPprof = "127.0.0.1:6061", "127.0.0.1:6062"
 	}
 	if _, err := r.start("manager", r.drover, "manager", "--kubeconfig", r.kubeconfig, "--leader-elect=false",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mgrPort), "--pprof-bind-address", mgrPprof, "--log-level", "warn"); err != nil {
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mgrPort), "--pprof-bind-address", mgrPprof, "--log-level", r.o.logLevel); err != nil {
 		return err
 	}
 	r.hub, err = r.start("hub", r.drover, "hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench", "--hub-listen", "127.0.0.1:0",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", hubPort), "--pprof-bind-address", hubPprof, "--log-level", "warn")
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", hubPort), "--pprof-bind-address", hubPprof, "--log-level", r.o.logLevel)
 	if err != nil {
 		return err
 	}
@@ -521,7 +525,7 @@ func (r *runner) runJob(ctx context.Context, i, conc int, sims []*proc) (*jobRun
 			jr.wall = time.Since(t0)
 			jr.phase, jr.counts = got.Status.Phase, got.Status.Counts
 			break
-		} else if time.Since(lastLog) >= 10*time.Second {
+		} else if time.Since(lastLog) >= r.o.progress {
 			lastLog = time.Now()
 			ct := got.Status.Counts
 			logf("  %s: %s total %d pending %d inProgress %d successful %d failure %d unknown %d; agents answered %d items, %d statuses",

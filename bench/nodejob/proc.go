@@ -129,13 +129,6 @@ func (p *proc) statInt(k string) int64 {
 	return int64(v)
 }
 
-func (p *proc) statFloat(k string) float64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	v, _ := strconv.ParseFloat(p.stat[k], 64)
-	return v
-}
-
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:
@@ -222,13 +215,4 @@ func readUsage(pid int) (procUsage, error) {
 	stt, _ := strconv.ParseInt(f[12], 10, 64)
 	u.cpu = time.Duration(ut+stt) * time.Second / clockTick
 	return u, nil
-}
-
-// cpuPercent is the CPU used between a and b, in percent of one core.
-func cpuPercent(a, b procUsage) float64 {
-	wall := b.at.Sub(a.at)
-	if wall <= 0 {
-		return 0
-	}
-	return 100 * float64(b.cpu-a.cpu) / float64(wall)
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -105,6 +106,8 @@ func (r *Reconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			ctrlkit.NewAction("UpdateStatus", w.updateStatus),
 		)
 	}
+	// Each action's outcome and duration, at debug level (--log-level debug).
+	wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: ctrlkit.LogObserver{Level: 1}})
 	res, err := ctrlkit.IgnoreExit(wf.Run(ctx))
 	if err == nil && w.recheck > 0 && res.RequeueAfter == 0 {
 		res.RequeueAfter = w.recheck
@@ -202,10 +205,21 @@ func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
 		if err := controllerutil.SetControllerReference(w.job, &s, w.r.Client.Scheme()); err != nil {
 			return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
 		}
-		if err := w.r.Client.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
-			return ctrlkit.RequeueIfErrorAndWrap("create NodeTaskSlice "+s.Name, err)
-		}
 		w.slices = append(w.slices, s)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sliceWriters)
+	for i := range w.slices {
+		g.Go(func() error {
+			s := w.slices[i].DeepCopy()
+			if err := w.r.Client.Create(gctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create NodeTaskSlice %s: %w", s.Name, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return ctrlkit.RequeueIfError(err)
 	}
 	return ctrlkit.NoRequeue()
 }
@@ -280,19 +294,32 @@ func (w *run[T]) stepNodes(ctx context.Context) (reconcile.Result, error) {
 	for _, c := range res.Changes {
 		bySlice[where[c.From.NodeName]] = append(bySlice[where[c.From.NodeName]], c)
 	}
+	// Slices are independent objects: admitting a 10,000-node job touches
+	// all of them, and one write at a time took seconds.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sliceWriters)
 	for i := range w.slices {
 		changes := bySlice[w.slices[i].Name]
 		if len(changes) == 0 {
 			continue
 		}
-		updated, err := w.writeSlice(ctx, w.slices[i], changes)
-		if err != nil {
-			return ctrlkit.RequeueIfErrorAndWrap("update NodeTaskSlice "+w.slices[i].Name, err)
-		}
-		w.slices[i] = updated
+		g.Go(func() error {
+			updated, err := w.writeSlice(gctx, w.slices[i], changes)
+			if err != nil {
+				return fmt.Errorf("update NodeTaskSlice %s: %w", w.slices[i].Name, err)
+			}
+			w.slices[i] = updated
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return ctrlkit.RequeueIfError(err)
 	}
 	return ctrlkit.NoRequeue()
 }
+
+// sliceWriters bounds the slice writes of one reconcile in flight at once.
+const sliceWriters = 8
 
 // writeSlice applies changes to slice, re-reading it on a conflict: an
 // entry a hub changed meanwhile keeps the hub's version.
