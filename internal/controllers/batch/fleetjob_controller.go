@@ -76,6 +76,7 @@ type jobRun struct {
 
 	groups   map[string]*batchv1.TaskGroup // the job's groups by TaskGroup name
 	unwanted []*batchv1.TaskGroup
+	stale    bool // a group exists that the cache does not show as ours
 }
 
 // groupName is the TaskGroup of the job's group tmpl.
@@ -174,15 +175,19 @@ func (w *jobRun) syncGroups(ctx context.Context) (reconcile.Result, error) {
 		}
 		if err := w.r.Client.Create(ctx, g); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				// Ours, not in the cache yet; or someone else's group of
-				// that name, which we leave alone and report.
+				// Not in the cache yet (then the job's status waits: it
+				// would miss a group), or someone else's group of that
+				// name, which we leave alone and report.
 				var other batchv1.TaskGroup
-				if gerr := w.r.Client.Get(ctx, client.ObjectKeyFromObject(g), &other); gerr == nil {
-					if o := controllerOf(&other); o == nil || o.UID != job.UID {
-						if w.r.Recorder != nil {
-							w.r.Recorder.Eventf(job, &other, corev1.EventTypeWarning, "GroupNameTaken", "CreateTaskGroup", "TaskGroup %s exists and is not this job's", name)
-						}
+				switch gerr := w.r.Client.Get(ctx, client.ObjectKeyFromObject(g), &other); {
+				case gerr != nil:
+					w.stale = true
+				case controllerOf(&other) == nil || controllerOf(&other).UID != job.UID:
+					if w.r.Recorder != nil {
+						w.r.Recorder.Eventf(job, &other, corev1.EventTypeWarning, "GroupNameTaken", "CreateTaskGroup", "TaskGroup %s exists and is not this job's", name)
 					}
+				default:
+					w.stale = true
 				}
 				continue
 			}
@@ -196,6 +201,9 @@ func (w *jobRun) syncGroups(ctx context.Context) (reconcile.Result, error) {
 
 func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	job := w.job
+	if w.stale {
+		return ctrlkit.NoRequeue()
+	}
 	before := job.Status.DeepCopy()
 	var total batchv1.TaskCounts
 	var want int32

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -83,6 +83,9 @@ type groupRun struct {
 
 	mine     map[int]*batchv1.Task // the group's tasks by index
 	unwanted []*batchv1.Task       // a deleted or earlier group's, or index ≥ count
+	// stale: a task existed that the cache did not show; counting now
+	// could count a finished task as new. Its arrival brings us back.
+	stale atomic.Bool
 }
 
 func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
@@ -126,7 +129,7 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 	g := w.group
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(8)
-	var mu sync.Mutex
+	var missing []*batchv1.Task
 	for i := range int(g.Spec.Count) {
 		if w.mine[i] != nil {
 			continue
@@ -135,14 +138,19 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 		if err != nil {
 			return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
 		}
+		missing = append(missing, t)
+		w.mine[i] = t // counted as Pending
+	}
+	for _, t := range missing {
 		eg.Go(func() error {
 			// AlreadyExists: the cache has not seen it yet.
-			if err := w.r.Client.Create(ectx, t); err != nil && !apierrors.IsAlreadyExists(err) {
+			err := w.r.Client.Create(ectx, t)
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				w.stale.Store(true)
+			case err != nil:
 				return fmt.Errorf("create Task %s: %w", t.Name, err)
 			}
-			mu.Lock()
-			w.mine[i] = t
-			mu.Unlock()
 			return nil
 		})
 	}
@@ -172,6 +180,9 @@ func newTask(g *batchv1.TaskGroup, index int, scheme *runtime.Scheme) (*batchv1.
 
 func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	g := w.group
+	if w.stale.Load() {
+		return ctrlkit.NoRequeue()
+	}
 	var c batchv1.TaskCounts
 	for _, t := range w.mine {
 		addState(&c, t.Status.State)
