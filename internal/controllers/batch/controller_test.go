@@ -387,6 +387,22 @@ func TestFleetJobCascadesThroughGroupsAndTasks(t *testing.T) {
 	if cond := meta.FindStatusCondition(fj.Status.Conditions, batch.ConditionComplete); cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != batch.ReasonTasksFailed {
 		t.Errorf("Complete condition = %+v", cond)
 	}
+	testenv.Eventually(t, waitTimeout, "the job's phase Events", func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		seen := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "FleetJob" && e.Regarding.Name == "build" {
+				seen[e.Reason+"/"+e.Type] = true
+			}
+		}
+		if !seen["Running/Normal"] || !seen["Failed/Warning"] {
+			return false, fmt.Errorf("events seen: %v", seen)
+		}
+		return true, nil
+	})
 	if tk := getTask(t, ns, "build-b-1"); tk.Status.State != batchv1.TaskFailed || tk.Status.Reason != "ExitCode" || tk.Status.Attempt != 1 {
 		t.Errorf("failed task (restartPolicy Never) = %+v", tk.Status)
 	}
@@ -573,4 +589,60 @@ func TestDispatchTimeoutStartsANewAttempt(t *testing.T) {
 	if h := got.Status.History; len(h) != 1 || h[0].Reason != batch.ReasonDispatchTimeout || h[0].State != batchv1.TaskDispatching {
 		t.Errorf("history = %+v", h)
 	}
+}
+
+// Lowering a group's count deletes the tasks above it; a group dropped from
+// the job is deleted with its tasks.
+func TestJobScaleDownAndGroupRemoval(t *testing.T) {
+	testenv.Require(t, env)
+	const ns = "scale"
+	start(t, ns, nil)
+	ctx := context.Background()
+	tmpl := batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}
+	job := &batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sc"}, Spec: batchv1.FleetJobSpec{
+		TaskGroups: []batchv1.TaskGroupTemplate{{Name: "x", Count: 3, Template: tmpl}, {Name: "y", Count: 1, Template: tmpl}},
+	}}
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	names := func() string {
+		var s []string
+		for n := range tasksOf(t, ns) {
+			s = append(s, n)
+		}
+		sort.Strings(s)
+		return strings.Join(s, " ")
+	}
+	testenv.Eventually(t, waitTimeout, "four tasks", func(context.Context) (bool, error) {
+		if got := names(); got != "sc-x-0 sc-x-1 sc-x-2 sc-y-0" {
+			return false, fmt.Errorf("tasks: %s", got)
+		}
+		return true, nil
+	})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+			return err
+		}
+		job.Spec.TaskGroups = []batchv1.TaskGroupTemplate{{Name: "x", Count: 1, Template: tmpl}}
+		return env.Client.Update(ctx, job)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "one task left", func(ctx context.Context) (bool, error) {
+		if got := names(); got != "sc-x-0" {
+			return false, fmt.Errorf("tasks: %s", got)
+		}
+		var gl batchv1.TaskGroupList
+		if err := env.Client.List(ctx, &gl, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		if len(gl.Items) != 1 || gl.Items[0].Name != "sc-x" || gl.Items[0].Spec.Count != 1 {
+			return false, fmt.Errorf("%d groups", len(gl.Items))
+		}
+		return true, nil
+	})
+	var fj batchv1.FleetJob
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &fj, func(client.Object) bool {
+		return fj.Status.Counts.Total == 1 && len(fj.Status.Groups) == 1 && fj.Status.ObservedGeneration == fj.Generation
+	})
 }
