@@ -646,3 +646,32 @@ func TestJobScaleDownAndGroupRemoval(t *testing.T) {
 		return fj.Status.Counts.Total == 1 && len(fj.Status.Groups) == 1 && fj.Status.ObservedGeneration == fj.Generation
 	})
 }
+
+// A group spread over zones: the big node alone would take every task by
+// balance; maxSkew 1 keeps the zones within one task of each other.
+func TestGroupSpreadsOverZones(t *testing.T) {
+	testenv.Require(t, env)
+	const ns = "spread"
+	start(t, ns, nil)
+	ctx := context.Background()
+	node(t, "spread-big", fleetv1.FleetNodeOnline, cpu("100"), map[string]string{"zone": "a"})
+	node(t, "spread-small", fleetv1.FleetNodeOnline, cpu("4"), map[string]string{"zone": "b"})
+	g := &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sp"}, Spec: batchv1.TaskGroupSpec{Count: 4, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{
+		Command: []string{"true"}, Resources: cpu("1"), Spread: &batchv1.SpreadConstraint{TopologyKey: "zone", MaxSkew: 1},
+	}}}}
+	if err := env.Client.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "two tasks per zone", func(context.Context) (bool, error) {
+		perNode := map[string]int{}
+		for _, tk := range tasksOf(t, ns) {
+			if tk.Status.State == batchv1.TaskScheduled {
+				perNode[tk.Status.NodeName]++
+			}
+		}
+		if perNode["spread-big"] != 2 || perNode["spread-small"] != 2 {
+			return false, fmt.Errorf("per node: %v", perNode)
+		}
+		return true, nil
+	})
+}
