@@ -28,7 +28,8 @@ import (
 // TaskGroup and counts their states into its status.
 //
 // Scaling: raising count creates the missing indices; lowering it deletes
-// the tasks at index ≥ count (a running one is cancelled by its hub). The
+// the tasks at index ≥ count (a running one is cancelled by its hub). A
+// task deleted by hand is made again, afresh, once it is gone. The
 // template applies to tasks created after it changes; existing tasks keep
 // their spec. Without a garbage collector (the embedded control plane has
 // none), the controller deletes the tasks of a deleted group itself.
@@ -81,8 +82,9 @@ type groupRun struct {
 	group           *batchv1.TaskGroup
 	name, namespace string
 
-	mine     map[int]*batchv1.Task // the group's tasks by index
-	unwanted []*batchv1.Task       // a deleted or earlier group's, or index ≥ count
+	mine        map[int]*batchv1.Task // the group's tasks by index
+	terminating map[int]bool          // indices whose task is being deleted
+	unwanted    []*batchv1.Task       // a deleted or earlier group's, or index ≥ count
 	// stale: a task existed that the cache did not show; counting now
 	// could count a finished task as new. Its arrival brings us back.
 	stale atomic.Bool
@@ -93,7 +95,7 @@ func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
 	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelTaskGroup: labelValue(w.name)}); err != nil {
 		return ctrlkit.RequeueIfErrorAndWrap("list Tasks", err)
 	}
-	w.mine = map[int]*batchv1.Task{}
+	w.mine, w.terminating = map[int]*batchv1.Task{}, map[int]bool{}
 	for i := range list.Items {
 		t := &list.Items[i]
 		owner := controllerOf(t)
@@ -105,9 +107,13 @@ func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
 			w.unwanted = append(w.unwanted, t)
 			continue
 		}
-		if t.DeletionTimestamp == nil {
-			w.mine[idx] = t
+		if t.DeletionTimestamp != nil {
+			// Its replacement is made once it is gone (a finalizer may
+			// hold it while its hub cancels the process).
+			w.terminating[idx] = true
+			continue
 		}
+		w.mine[idx] = t
 	}
 	return ctrlkit.NoRequeue()
 }
@@ -131,7 +137,7 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 	eg.SetLimit(8)
 	var missing []*batchv1.Task
 	for i := range int(g.Spec.Count) {
-		if w.mine[i] != nil {
+		if w.mine[i] != nil || w.terminating[i] {
 			continue
 		}
 		t, err := newTask(g, i, w.r.Client.Scheme())
