@@ -645,6 +645,19 @@ func TestJobScaleDownAndGroupRemoval(t *testing.T) {
 	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &fj, func(client.Object) bool {
 		return fj.Status.Counts.Total == 1 && len(fj.Status.Groups) == 1 && fj.Status.ObservedGeneration == fj.Generation
 	})
+
+	// A task deleted by hand is made again, afresh.
+	old := getTask(t, ns, "sc-x-0")
+	if err := env.Client.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "sc-x-0 made again", func(ctx context.Context) (bool, error) {
+		var tk batchv1.Task
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), &tk); err != nil {
+			return false, err
+		}
+		return tk.UID != old.UID, nil
+	})
 }
 
 // A group spread over zones: the big node alone would take every task by
