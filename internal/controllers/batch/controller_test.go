@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,12 +53,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// start runs the task controllers with clock until the test ends, in a
-// namespace of the test's own; the test's FleetNodes are deleted at its end
-// so that the next test's scheduler sees only its own.
-func start(t *testing.T, ns string, clock *clocktesting.FakeClock) {
+var namespaces atomic.Int32
+
+// start runs the task controllers with clock until the test ends, in a new
+// namespace named after base, which it returns. At the end the test's
+// FleetNodes and objects are deleted, so that the next test's scheduler
+// sees only its own.
+func start(t *testing.T, base string, clock *clocktesting.FakeClock) string {
 	t.Helper()
 	ctx := context.Background()
+	ns := fmt.Sprintf("%s-%d", base, namespaces.Add(1))
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +96,13 @@ func start(t *testing.T, ns string, clock *clocktesting.FakeClock) {
 				t.Error(err)
 			}
 		}
+		for _, obj := range []client.Object{&batchv1.FleetJob{}, &batchv1.TaskGroup{}, &batchv1.Task{}} {
+			if err := env.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil {
+				t.Error(err)
+			}
+		}
 	})
+	return ns
 }
 
 func cpu(v string) corev1.ResourceList {
@@ -230,8 +241,7 @@ func summary(tasks map[string]*batchv1.Task) string {
 
 func TestFleetJobCascadesThroughGroupsAndTasks(t *testing.T) {
 	testenv.Require(t, env)
-	const ns = "cascade"
-	start(t, ns, nil)
+	ns := start(t, "cascade", nil)
 	ctx := context.Background()
 	sel := map[string]string{"test": "cascade"}
 
@@ -430,9 +440,8 @@ func ptr[T any](v T) *T { return &v }
 // clock, then attempts exhausted.
 func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 	testenv.Require(t, env)
-	const ns = "restart"
 	clock := clocktesting.NewFakeClock(time.Now())
-	start(t, ns, clock)
+	ns := start(t, "restart", clock)
 	ctx := context.Background()
 	node(t, "restart-1", fleetv1.FleetNodeOnline, cpu("4"), nil)
 	g := &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "flaky"}, Spec: batchv1.TaskGroupSpec{Count: 1, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{
@@ -514,8 +523,7 @@ func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 
 func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 	testenv.Require(t, env)
-	const ns = "offline"
-	start(t, ns, nil)
+	ns := start(t, "offline", nil)
 	ctx := context.Background()
 	node(t, "offline-1", fleetv1.FleetNodeOnline, cpu("4"), nil)
 	mk := func(name string, policy batchv1.ReschedulePolicy) {
@@ -565,9 +573,8 @@ func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 
 func TestDispatchTimeoutStartsANewAttempt(t *testing.T) {
 	testenv.Require(t, env)
-	const ns = "dispatch"
 	clock := clocktesting.NewFakeClock(time.Now())
-	start(t, ns, clock) // dispatch timeout 1m
+	ns := start(t, "dispatch", clock) // dispatch timeout 1m
 	ctx := context.Background()
 	node(t, "dispatch-1", fleetv1.FleetNodeOnline, nil, nil)
 	tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stuck"}, Spec: batchv1.TaskSpec{Command: []string{"true"}}}
@@ -595,8 +602,7 @@ func TestDispatchTimeoutStartsANewAttempt(t *testing.T) {
 // the job is deleted with its tasks.
 func TestJobScaleDownAndGroupRemoval(t *testing.T) {
 	testenv.Require(t, env)
-	const ns = "scale"
-	start(t, ns, nil)
+	ns := start(t, "scale", nil)
 	ctx := context.Background()
 	tmpl := batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}
 	job := &batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sc"}, Spec: batchv1.FleetJobSpec{
@@ -664,8 +670,7 @@ func TestJobScaleDownAndGroupRemoval(t *testing.T) {
 // balance; maxSkew 1 keeps the zones within one task of each other.
 func TestGroupSpreadsOverZones(t *testing.T) {
 	testenv.Require(t, env)
-	const ns = "spread"
-	start(t, ns, nil)
+	ns := start(t, "spread", nil)
 	ctx := context.Background()
 	node(t, "spread-big", fleetv1.FleetNodeOnline, cpu("100"), map[string]string{"zone": "a"})
 	node(t, "spread-small", fleetv1.FleetNodeOnline, cpu("4"), map[string]string{"zone": "b"})
