@@ -137,8 +137,10 @@ func afterFailure(t *batchv1.Task, now time.Time) *change {
 		st.Message = fmt.Sprintf("attempt %d of %d failed (%s)", n, maxAttempts(t), cause)
 		return &change{status: *st, eventType: corev1.EventTypeWarning, reason: batchv1.ReasonAttemptsSpent, note: st.Message, metric: "fail"}
 	}
+	// The backoff runs from the attempt's end; a finish time ahead of the
+	// manager's clock (a node's clock running fast) is not waited for.
 	finish := now
-	if st.FinishTime != nil {
+	if st.FinishTime != nil && st.FinishTime.Time.Before(now) {
 		finish = st.FinishTime.Time
 	}
 	wait := backoff(t, n)

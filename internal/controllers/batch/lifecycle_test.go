@@ -63,6 +63,8 @@ func TestStep(t *testing.T) {
 			want: "Pending BackOff 10 5m0s"},
 		{name: "no finish time: backoff from now", task: failed(1, func(t *batchv1.Task) { t.Status.FinishTime = nil }), now: time.Minute,
 			want: "Pending BackOff 2 1m10s"},
+		{name: "finish time ahead of the clock: backoff from now", task: failed(1, func(t *batchv1.Task) { t.Status.FinishTime = at(time.Hour) }), now: time.Minute,
+			want: "Pending BackOff 2 1m10s"},
 		{name: "last attempt failed", task: failed(3, nil), want: "Failed AttemptsExhausted 3 -"},
 		{name: "restartPolicy Never keeps the hub's failure", task: failed(1, func(t *batchv1.Task) { t.Spec.RestartPolicy = batchv1.RestartNever })},
 		{name: "a final failure stays", task: failed(3, func(t *batchv1.Task) { t.Status.Reason = batchv1.ReasonAttemptsSpent })},
