@@ -106,7 +106,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 	r := &running{mgr: mgr}
 	if withManager {
 		if err := manager.Setup(mgr, manager.Options{Namespace: c.namespace, OfflineTimeout: c.offlineTimeout,
-			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2)}); err != nil {
+			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true}); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/controllers/batch"
 	"github.com/drover-fleet/drover/internal/controllers/fleetnode"
 	"github.com/drover-fleet/drover/internal/controllers/nodejob"
 )
@@ -42,6 +43,9 @@ type Options struct {
 	// NodeJobs runs the NodeUpgradeJob and ImagePrePullJob controllers
 	// (off with --feature-gates=disableNodeTaskV1alpha2).
 	NodeJobs bool
+	// Tasks runs the FleetJob, TaskGroup and Task controllers and the task
+	// scheduler (batch.drover.io).
+	Tasks bool
 }
 
 // Setup registers every controller with mgr.
@@ -61,6 +65,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FleetNode controller: %w", err)
+	}
+	if opts.Tasks {
+		if err := batch.Setup(mgr, batch.Options{}); err != nil {
+			return err
+		}
 	}
 	if !opts.NodeJobs {
 		return nil

@@ -1,0 +1,24 @@
+// Package batch is the manager's side of batch.drover.io: FleetJob →
+// TaskGroup → Task (K8s4r's three layers, seed 001).
+//
+//   - FleetJobReconciler makes a job's TaskGroups and sums their status;
+//   - TaskGroupReconciler makes a group's Tasks and counts their states;
+//   - Scheduler is one loop for all Pending tasks: it orders them (priority,
+//     then age) and places them with internal/scheduler, Pending → Scheduled
+//     with status.nodeName and status.attempt;
+//   - TaskReconciler reacts to what hubs write: a Failed attempt restarts
+//     under restartPolicy OnFailure after its backoff; an attempt whose node
+//     goes Offline, or that its Online node did not start within the
+//     dispatch timeout, is recorded in the history and, under
+//     reschedulePolicy OnNodeLost, made again as a new attempt elsewhere.
+//
+// The manager never writes Dispatching, Running or Completed: the hub
+// serving the node does, always for the attempt in status.attempt. A new
+// attempt has a new work id, so the hub's work list for the old node no
+// longer holds the old attempt and the agent cancels it if the node comes
+// back: an attempt is never run twice.
+//
+// Without a garbage collector (the embedded control plane has none), a
+// deleted job's groups and a deleted group's tasks are deleted by these
+// controllers.
+package batch

@@ -1,0 +1,231 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"golang.org/x/sync/errgroup"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/pkg/ctrlkit"
+)
+
+// TaskGroupReconciler keeps count Tasks named <group>-<index> for each
+// TaskGroup and counts their states into its status.
+//
+// Scaling: raising count creates the missing indices; lowering it deletes
+// the tasks at index ≥ count (a running one is cancelled by its hub). A
+// task deleted by hand is made again, afresh, once it is gone. The
+// template applies to tasks created after it changes; existing tasks keep
+// their spec. Without a garbage collector (the embedded control plane has
+// none), the controller deletes the tasks of a deleted group itself.
+type TaskGroupReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch.drover.io,resources=tasks,verbs=get;list;watch;create;delete
+
+// SetupWithManager registers the controller.
+func (r *TaskGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("taskgroup").
+		For(&batchv1.TaskGroup{}).
+		Owns(&batchv1.Task{}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *TaskGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var g batchv1.TaskGroup
+	if err := r.Client.Get(ctx, req.NamespacedName, &g); err != nil {
+		if apierrors.IsNotFound(err) {
+			w := &groupRun{r: r, name: req.Name, namespace: req.Namespace}
+			return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+				ctrlkit.NewAction("LoadTasks", w.loadTasks),
+				ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+			).Run(ctx))
+		}
+		return ctrl.Result{}, err
+	}
+	if g.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	w := &groupRun{r: r, group: &g, name: g.Name, namespace: g.Namespace}
+	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+		ctrlkit.NewAction("LoadTasks", w.loadTasks),
+		ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+		ctrlkit.NewAction("CreateTasks", w.createMissing),
+		ctrlkit.NewAction("UpdateStatus", w.updateStatus),
+	).Run(ctx))
+}
+
+// groupRun is one reconcile of one group; group is nil when it is gone.
+type groupRun struct {
+	r               *TaskGroupReconciler
+	group           *batchv1.TaskGroup
+	name, namespace string
+
+	mine        map[int]*batchv1.Task // the group's tasks by index
+	terminating map[int]bool          // indices whose task is being deleted
+	unwanted    []*batchv1.Task       // a deleted or earlier group's, or index ≥ count
+	// stale: a task existed that the cache did not show; counting now
+	// could count a finished task as new. Its arrival brings us back.
+	stale atomic.Bool
+}
+
+func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
+	var list batchv1.TaskList
+	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelTaskGroup: labelValue(w.name)}); err != nil {
+		return ctrlkit.RequeueIfErrorAndWrap("list Tasks", err)
+	}
+	w.mine, w.terminating = map[int]*batchv1.Task{}, map[int]bool{}
+	for i := range list.Items {
+		t := &list.Items[i]
+		owner := controllerOf(t)
+		if owner == nil || owner.Kind != "TaskGroup" || owner.Name != w.name {
+			continue // a name-alike's task
+		}
+		idx, err := strconv.Atoi(t.Labels[batchv1.LabelIndex])
+		if w.group == nil || owner.UID != w.group.UID || err != nil || idx < 0 || idx >= int(w.group.Spec.Count) {
+			w.unwanted = append(w.unwanted, t)
+			continue
+		}
+		if t.DeletionTimestamp != nil {
+			// Its replacement is made once it is gone (a finalizer may
+			// hold it while its hub cancels the process).
+			w.terminating[idx] = true
+			continue
+		}
+		w.mine[idx] = t
+	}
+	return ctrlkit.NoRequeue()
+}
+
+func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error) {
+	for _, t := range w.unwanted {
+		if t.DeletionTimestamp != nil {
+			continue
+		}
+		if err := w.r.Client.Delete(ctx, t); client.IgnoreNotFound(err) != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("delete Task "+t.Name, err)
+		}
+		log.FromContext(ctx).Info("deleted task", "Task", t.Name, "state", t.Status.State)
+	}
+	return ctrlkit.NoRequeue()
+}
+
+func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) {
+	g := w.group
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(8)
+	var missing []*batchv1.Task
+	for i := range int(g.Spec.Count) {
+		if w.mine[i] != nil || w.terminating[i] {
+			continue
+		}
+		t, err := newTask(g, i, w.r.Client.Scheme())
+		if err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
+		}
+		missing = append(missing, t)
+		w.mine[i] = t // counted as Pending
+	}
+	for _, t := range missing {
+		eg.Go(func() error {
+			// AlreadyExists: the cache has not seen it yet.
+			err := w.r.Client.Create(ectx, t)
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				w.stale.Store(true)
+			case err != nil:
+				return fmt.Errorf("create Task %s: %w", t.Name, err)
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return ctrlkit.RequeueIfError(err)
+	}
+	return ctrlkit.NoRequeue()
+}
+
+// newTask is task index of group g.
+func newTask(g *batchv1.TaskGroup, index int, scheme *runtime.Scheme) (*batchv1.Task, error) {
+	labels := map[string]string{}
+	for k, v := range g.Spec.Template.Labels {
+		labels[k] = v
+	}
+	labels[batchv1.LabelTaskGroup] = labelValue(g.Name)
+	labels[batchv1.LabelIndex] = strconv.Itoa(index)
+	if j := g.Labels[batchv1.LabelFleetJob]; j != "" {
+		labels[batchv1.LabelFleetJob] = j
+	}
+	t := &batchv1.Task{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.Name, index), Namespace: g.Namespace, Labels: labels},
+		Spec:       *g.Spec.Template.Spec.DeepCopy(),
+	}
+	return t, controllerutil.SetControllerReference(g, t, scheme)
+}
+
+func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
+	g := w.group
+	if w.stale.Load() {
+		return ctrlkit.NoRequeue()
+	}
+	var c batchv1.TaskCounts
+	for _, t := range w.mine {
+		addState(&c, t.Status.State)
+	}
+	before := g.Status.DeepCopy()
+	st := &g.Status
+	st.Counts = c
+	st.Phase = phaseOf(c, g.Spec.Count, before.Phase)
+	st.ObservedGeneration = g.Generation
+	setComplete(&st.Conditions, completeCondition(st.Phase, c, g.Spec.Count, g.Generation))
+	if equality.Semantic.DeepEqual(before, st) {
+		return ctrlkit.NoRequeue()
+	}
+	if err := w.r.Client.Status().Update(ctx, g); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return ctrlkit.Exit() // the newer version brings us back
+		}
+		return ctrlkit.RequeueIfErrorAndWrap("update TaskGroup status", err)
+	}
+	phaseEvent(w.r.Recorder, g, before.Phase, st.Phase, st.Conditions)
+	return ctrlkit.NoRequeue()
+}
+
+// phaseEvent announces a group's or job's phase change.
+func phaseEvent(rec events.EventRecorder, obj client.Object, from, to batchv1.GroupPhase, conds []metav1.Condition) {
+	if rec == nil || from == to || to == batchv1.GroupPending {
+		return
+	}
+	note := ""
+	for _, c := range conds {
+		if c.Type == ConditionComplete {
+			note = c.Message
+		}
+	}
+	typ := corev1.EventTypeNormal
+	if to == batchv1.GroupFailed {
+		typ = corev1.EventTypeWarning
+	}
+	rec.Eventf(obj, nil, typ, string(to), "Phase", "%s", note)
+}

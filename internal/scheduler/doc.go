@@ -1,0 +1,23 @@
+// Package scheduler decides where batch Tasks run. It is pure: it reads
+// snapshots of FleetNodes and Tasks handed to it and returns decisions; the
+// manager's scheduling loop (internal/controllers/batch) reads the API and
+// writes the decisions.
+//
+// A Cluster holds, per node, what the tasks holding it (Scheduled,
+// Dispatching, Running) use, and per TaskGroup how many of its tasks each
+// node holds. Place filters the nodes for one task:
+//
+//   - spec.nodeName, if set, leaves only that node;
+//   - the node must be Online and not unschedulable;
+//   - its labels must match the task's nodeSelector;
+//   - its capacity minus what its tasks hold must cover the task's resources;
+//   - the task's spread constraint: no topology domain may hold more than
+//     maxSkew more of the group's tasks than the emptiest eligible domain;
+//
+// then picks the least loaded of the nodes left and counts the task
+// against it, so the next Place sees it. A task that fits nowhere gets a
+// message in kube-scheduler's words ("0/5 nodes are available: 2 Offline,
+// 1 insufficient cpu.").
+//
+// Sort orders pending tasks: higher priority first, then older first.
+package scheduler

@@ -1,0 +1,232 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+)
+
+func res(kv ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return out
+}
+
+func online(name string, capacity corev1.ResourceList, labels map[string]string) Node {
+	return Node{Name: name, Phase: fleetv1.FleetNodeOnline, Capacity: capacity, Labels: labels}
+}
+
+func task(key string, mutate func(*batchv1.Task)) Task {
+	t := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: key, Labels: map[string]string{batchv1.LabelTaskGroup: "g"}}}
+	if mutate != nil {
+		mutate(t)
+	}
+	out, err := TaskFrom(t)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func TestPlace(t *testing.T) {
+	type held struct {
+		task Task
+		node string
+	}
+	tests := []struct {
+		name    string
+		nodes   []Node
+		held    []held
+		task    Task
+		want    string // node, or "" and then message
+		message string
+	}{
+		{
+			name:  "selector",
+			nodes: []Node{online("a", nil, map[string]string{"site": "x"}), online("b", nil, map[string]string{"site": "y"})},
+			task: task("t", func(t *batchv1.Task) {
+				t.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site": "y"}}
+			}),
+			want: "b",
+		},
+		{
+			name:  "nodeName pins",
+			nodes: []Node{online("a", nil, nil), online("b", nil, nil), online("c", nil, nil)},
+			task:  task("t", func(t *batchv1.Task) { t.Spec.NodeName = "c" }),
+			want:  "c",
+		},
+		{
+			name:  "capacity minus what is held",
+			nodes: []Node{online("a", res("cpu", "2"), nil), online("b", res("cpu", "4"), nil)},
+			held:  []held{{task("h1", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "3500m") }), "b"}},
+			task:  task("t", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }),
+			want:  "a",
+		},
+		{
+			name:    "a resource the node does not report is missing",
+			nodes:   []Node{online("a", res("cpu", "2"), nil)},
+			task:    task("t", func(t *batchv1.Task) { t.Spec.Resources = res("nvidia.com/gpu", "1") }),
+			message: "0/1 nodes are available: 1 insufficient nvidia.com/gpu.",
+		},
+		{
+			name:  "least loaded wins",
+			nodes: []Node{online("a", res("cpu", "4", "memory", "4Gi"), nil), online("b", res("cpu", "4", "memory", "4Gi"), nil)},
+			held:  []held{{task("h1", func(t *batchv1.Task) { t.Spec.Resources = res("memory", "1Gi") }), "a"}},
+			task:  task("t", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }),
+			want:  "b",
+		},
+		{
+			name:  "without resources, fewest tasks wins",
+			nodes: []Node{online("a", nil, nil), online("b", nil, nil)},
+			held:  []held{{task("h1", nil), "a"}},
+			task:  task("t", nil),
+			want:  "b",
+		},
+		{
+			name: "spread over a label within maxSkew",
+			nodes: []Node{
+				online("a1", res("cpu", "8"), map[string]string{"zone": "a"}),
+				online("a2", res("cpu", "8"), map[string]string{"zone": "a"}),
+				online("b1", res("cpu", "1"), map[string]string{"zone": "b"}),
+			},
+			// zone a already holds one of the group's tasks, zone b none:
+			// a second in zone a would make the skew 2.
+			held: []held{{task("h1", nil), "a1"}},
+			task: task("t", func(t *batchv1.Task) {
+				t.Spec.Spread = &batchv1.SpreadConstraint{TopologyKey: "zone", MaxSkew: 1}
+				t.Spec.Resources = res("cpu", "100m")
+			}),
+			want: "b1",
+		},
+		{
+			name: "spread counts only the task's own group",
+			nodes: []Node{
+				online("a1", nil, map[string]string{"zone": "a"}),
+				online("b1", nil, map[string]string{"zone": "b"}),
+			},
+			held: []held{
+				{task("other", func(t *batchv1.Task) { t.Labels[batchv1.LabelTaskGroup] = "other" }), "b1"},
+				{task("other2", func(t *batchv1.Task) { t.Labels[batchv1.LabelTaskGroup] = "other" }), "b1"},
+				{task("h1", nil), "b1"},
+			},
+			task: task("t", func(t *batchv1.Task) { t.Spec.Spread = &batchv1.SpreadConstraint{TopologyKey: "zone", MaxSkew: 1} }),
+			want: "a1",
+		},
+		{
+			name: "spread blocks when the emptier domain is full",
+			nodes: []Node{
+				online("a1", res("cpu", "8"), map[string]string{"zone": "a"}),
+				online("b1", res("cpu", "1"), map[string]string{"zone": "b"}),
+				online("nolabel", res("cpu", "8"), nil),
+			},
+			held: []held{
+				{task("h1", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }), "a1"},
+				{task("h2", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }), "b1"},
+				{task("h3", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }), "a1"},
+			},
+			task: task("t", func(t *batchv1.Task) {
+				t.Spec.Spread = &batchv1.SpreadConstraint{TopologyKey: "zone", MaxSkew: 1}
+				t.Spec.Resources = res("cpu", "1")
+			}),
+			message: "0/3 nodes are available: 1 did not satisfy spread constraint, 1 insufficient cpu, 1 missing label zone.",
+		},
+		{
+			name: "reasons message",
+			nodes: []Node{
+				{Name: "off1", Phase: fleetv1.FleetNodeOffline},
+				{Name: "off2", Phase: fleetv1.FleetNodeOffline},
+				online("other1", res("cpu", "8"), map[string]string{"site": "other"}),
+				online("other2", res("cpu", "8"), nil),
+				online("small", res("cpu", "1"), map[string]string{"site": "here"}),
+			},
+			task: task("t", func(t *batchv1.Task) {
+				t.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site": "here"}}
+				t.Spec.Resources = res("cpu", "2")
+			}),
+			message: "0/5 nodes are available: 2 Offline, 2 did not match nodeSelector, 1 insufficient cpu.",
+		},
+		{
+			name: "unschedulable, pending and pinned elsewhere",
+			nodes: []Node{
+				{Name: "cordoned", Phase: fleetv1.FleetNodeOnline, Unschedulable: true},
+				{Name: "new", Phase: fleetv1.FleetNodePending},
+				online("free", nil, nil),
+			},
+			task:    task("t", func(t *batchv1.Task) { t.Spec.NodeName = "cordoned" }),
+			message: "0/3 nodes are available: 2 did not match nodeName, 1 unschedulable.",
+		},
+		{
+			name:    "no nodes",
+			task:    task("t", nil),
+			message: "0/0 nodes are available: no FleetNodes.",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(tt.nodes)
+			for _, h := range tt.held {
+				c.Hold(h.task, h.node)
+			}
+			got := c.Place(tt.task)
+			if got.Node != tt.want {
+				t.Fatalf("node = %q, want %q (message %q)", got.Node, tt.want, got.Message)
+			}
+			if tt.want == "" && got.Message != tt.message {
+				t.Errorf("message = %q\nwant      %q", got.Message, tt.message)
+			}
+		})
+	}
+}
+
+// Placing holds: a node filled by earlier placements takes no more, and the
+// group's tasks spread one per node with maxSkew 1.
+func TestPlaceAccountsForEarlierPlacements(t *testing.T) {
+	c := New([]Node{online("a", res("cpu", "2"), nil), online("b", res("cpu", "2"), nil)})
+	got := map[string]int{}
+	for i := range 5 {
+		r := c.Place(task(fmt.Sprintf("t%d", i), func(t *batchv1.Task) {
+			t.Spec.Resources = res("cpu", "1")
+			t.Spec.Spread = &batchv1.SpreadConstraint{MaxSkew: 1}
+		}))
+		got[r.Node]++
+		if i == 4 && r.Message != "0/2 nodes are available: 2 insufficient cpu." {
+			t.Errorf("fifth task: %q", r.Message)
+		}
+	}
+	if got["a"] != 2 || got["b"] != 2 || got[""] != 1 {
+		t.Errorf("placements = %v, want 2 on each node and 1 unplaced", got)
+	}
+}
+
+func TestSort(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(key string, prio int32, age time.Duration) Task {
+		return Task{Key: key, Priority: prio, Created: t0.Add(-age)}
+	}
+	tasks := []Task{mk("low-old", 0, time.Hour), mk("high-new", 10, 0), mk("b-same", 0, time.Minute), mk("a-same", 0, time.Minute), mk("high-old", 10, time.Hour)}
+	Sort(tasks)
+	var got []string
+	for _, x := range tasks {
+		got = append(got, x.Key)
+	}
+	want := "[high-old high-new low-old a-same b-same]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("order = %v, want %s", got, want)
+	}
+}
+
+func TestTaskFromRejectsABadSelector(t *testing.T) {
+	bad := &batchv1.Task{Spec: batchv1.TaskSpec{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Sideways"}}}}}
+	if _, err := TaskFrom(bad); err == nil {
+		t.Error("TaskFrom accepted an invalid selector")
+	}
+}
