@@ -150,6 +150,13 @@ func (d *Driver) Close() {
 	<-d.done
 }
 
+// Watching is the number of processes the monitor watches now.
+func (d *Driver) Watching() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.procs)
+}
+
 // TaskDir is the directory of attempt id: its logs, and its working dir
 // when the spec names none.
 func (d *Driver) TaskDir(id string) string {
