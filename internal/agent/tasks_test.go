@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -401,4 +402,41 @@ func TestTaskCrashHelper(t *testing.T) {
 	os.Stdout.WriteString("helper: ready\n")
 	time.Sleep(taskWait) // killed before this ends
 	t.Error("the helper was not killed")
+}
+
+// TestTaskGoroutines: through the agent, 100 running tasks cost at most a
+// goroutine each (the one waiting for its end) plus a constant.
+func TestTaskGoroutines(t *testing.T) {
+	const n, constant = 100, 4
+	a := startTaskAgent(t, t.TempDir())
+	before := runtime.NumGoroutine()
+	var uids []string
+	for i := range n {
+		uid := "task-many-" + strconv.Itoa(i+1)
+		putTask(t, a.db, uid, taskwire.Spec{Command: []string{"sleep", "60"}})
+		a.schedule(uid)
+		uids = append(uids, uid)
+	}
+	deadline := time.Now().Add(taskWait)
+	for a.driver.Watching() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d tasks running after %s", a.driver.Watching(), n, taskWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	during := runtime.NumGoroutine()
+	t.Logf("goroutines: %d before, %d with %d tasks running", before, during, n)
+	if during-before > n+constant {
+		t.Errorf("goroutines grew by %d with %d tasks, want at most %d + %d", during-before, n, n, constant)
+	}
+	for _, uid := range uids {
+		if err := a.cancel(context.Background(), uid, "cancelled by the hub"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for uid, ss := range waitStatuses(t, a.Agent, uids...) {
+		if end := ss[len(ss)-1]; end.phase != PhaseCancelled || code(end.report) != "143" {
+			t.Errorf("%s ended %+v, want Cancelled 143", uid, end)
+		}
+	}
 }

@@ -354,7 +354,7 @@ func (p *Prepared) Start() (*Proc, error) {
 	proc := d.newProc(p.id, p.spec, info, true)
 	d.procs[proc] = struct{}{}
 	d.kick()
-	d.log.Info("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0])
+	d.log.Debug("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0])
 	return proc, nil
 }
 

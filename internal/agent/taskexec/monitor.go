@@ -70,7 +70,7 @@ func (d *Driver) check(p *Proc, now time.Time) time.Time {
 	if res, ended := p.ended(); ended {
 		p.finish(res)
 		d.mu.Unlock()
-		d.log.Info("task ended", "id", p.id, "pid", p.info.PID, "phase", res.Phase, "reason", res.Reason)
+		d.log.Debug("task ended", "id", p.id, "pid", p.info.PID, "phase", res.Phase, "reason", res.Reason)
 		return time.Time{}
 	}
 	var next time.Time
