@@ -440,3 +440,38 @@ func TestTaskGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// TestStartStopsTheProcessOfDroppedWork: a task process still running for
+// work the DB no longer holds (the hub dropped it around a restart) is
+// stopped at the next start, and its record forgotten: nobody would ever
+// report it.
+func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
+	dir := t.TempDir()
+	a := startTaskAgent(t, dir)
+	putTask(t, a.db, "task-d-1", taskwire.Spec{Command: []string{"sleep", "60"}})
+	a.schedule("task-d-1")
+	pid := waitRunning(t, a.Agent, "task-d-1").PID
+	a.stop()
+	db, err := store.Open(context.Background(), filepath.Join(dir, "agent.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteWork(context.Background(), "task-d-1"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if !alive(pid) {
+		t.Fatal("the task ended with the agent")
+	}
+	b := startTaskAgent(t, dir)
+	deadline := time.Now().Add(taskWait)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d of dropped work still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if acts, err := b.db.Actions(context.Background(), "task-d-1"); err != nil || len(acts) != 0 {
+		t.Errorf("records of dropped work: %+v %v, want none", acts, err)
+	}
+}
