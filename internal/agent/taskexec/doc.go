@@ -40,10 +40,13 @@
 //     polling every Options.PollInterval.
 //
 // The log files are *os.File values handed to the process, so os/exec copies
-// nothing (a non-file io.Writer would cost a goroutine per pipe). Rotation is
+// nothing (a non-file io.Writer would cost a goroutine per pipe), and the
+// process keeps writing its logs while no agent runs (a pipe to the agent
+// would break, and kill it with SIGPIPE, at an agent restart). Rotation is
 // therefore copy-truncate, done by the monitor: a file at or over
-// Options.MaxLogBytes is copied to <name>.1 (replacing the older one, through
-// a rename, so a reader never sees half a file) and truncated to zero; the
+// Options.MaxLogBytes is copied to <name>.1 (its last MaxLogBytes bytes,
+// replacing the older copy through a rename, so a reader never sees half a
+// file) and truncated to zero; the
 // process opened it O_APPEND, so it goes on writing at the new end. Costs of
 // this choice: a file may grow past the limit by what is written in one poll
 // interval, and output written between the copy and the truncation (a

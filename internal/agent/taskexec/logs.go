@@ -11,7 +11,8 @@ import (
 
 // rotate copies name to name.1 and empties it once it has max bytes or
 // more (copy-truncate: the process keeps its O_APPEND descriptor). Only the
-// last max bytes are kept, so a burst between two checks cannot fill the
+// last max bytes are kept (plus what is written during the copy, up to
+// another max), so a burst between two checks cannot fill the
 // disk. The copy goes through a temporary file and a rename: a reader of
 // name.1 sees the old file or the new one, never half of one.
 func rotate(name string, max int64) error {
@@ -38,9 +39,10 @@ func rotate(name string, max int64) error {
 	if err != nil {
 		return err
 	}
-	// Copy to the current end, including what was written since the Stat:
-	// the closer the truncation follows, the less output is lost.
-	_, err = io.Copy(dst, src)
+	// Copy to the current end, including what was written since the Stat
+	// (the closer the truncation follows, the less output is lost), but
+	// bounded: a fast writer must not keep the copy going for ever.
+	_, err = io.Copy(dst, io.LimitReader(src, 2*max))
 	if err == nil {
 		err = os.Truncate(name, 0)
 	}
