@@ -116,7 +116,8 @@ func (r *taskRunner) Resume(ctx context.Context, w store.Work, env Env) (string,
 	if err != nil {
 		return failed(taskwire.ReasonStartError, err)
 	}
-	rec, found, err := r.load(ctx, w.UID)
+	// Read even when ctx has ended: a cancelled item's process must be found to be stopped.
+	rec, found, err := r.load(context.WithoutCancel(ctx), w.UID)
 	switch {
 	case err != nil:
 		return failed(taskwire.ReasonLost, fmt.Errorf("the agent restarted while the task ran and cannot read what it recorded: %w", err))

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,6 +245,9 @@ func TestCancelledTaskIsReportedOnceItsProcessIsGone(t *testing.T) {
 	if err := a.cancel(context.Background(), "task-c-1", "cancelled by the hub"); err != nil {
 		t.Fatal(err)
 	}
+	if acts, err := a.db.Actions(context.Background(), "task-c-1"); err != nil || !slices.ContainsFunc(acts, func(x store.Action) bool { return x.Action == cancelAction }) {
+		t.Errorf("actions %+v (%v): the cancel is not recorded for a restart", acts, err)
+	}
 	end := waitStatuses(t, a.Agent, "task-c-1")["task-c-1"]
 	if alive(pid) {
 		t.Errorf("Cancelled was reported while process %d still ran", pid)
@@ -473,5 +477,36 @@ func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
 	}
 	if acts, err := b.db.Actions(context.Background(), "task-d-1"); err != nil || len(acts) != 0 {
 		t.Errorf("records of dropped work: %+v %v, want none", acts, err)
+	}
+}
+
+// TestCancelSurvivesAnAgentRestart: a cancel the agent recorded but had not
+// carried out when it stopped (the hub will not send it again: it was
+// acked) stops the task after the restart.
+func TestCancelSurvivesAnAgentRestart(t *testing.T) {
+	dir := t.TempDir()
+	a := startTaskAgent(t, dir)
+	putTask(t, a.db, "task-k-1", taskwire.Spec{Command: []string{"sleep", "60"}})
+	a.schedule("task-k-1")
+	pid := waitRunning(t, a.Agent, "task-k-1").PID
+	// What cancel records before it interrupts the runner, as if the agent
+	// died right after.
+	a.reportMu.Lock()
+	err := a.db.SetAction(context.Background(), store.Action{UID: "task-k-1", Action: cancelAction, State: store.ActionRunning, Reason: "cancelled by the hub"})
+	a.reportMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+	if !alive(pid) {
+		t.Fatal("the task ended with the agent")
+	}
+	b := startTaskAgent(t, dir)
+	ss := waitStatuses(t, b.Agent, "task-k-1")["task-k-1"]
+	if end := ss[len(ss)-1]; end.phase != PhaseCancelled || code(end.report) != "143" {
+		t.Errorf("end %+v, want Cancelled 143", end)
+	}
+	if alive(pid) {
+		t.Errorf("process %d still runs", pid)
 	}
 }

@@ -185,6 +185,10 @@ func (a *Agent) setRunning(ctx context.Context, w store.Work) context.Context {
 	return rctx
 }
 
+// cancelAction is the work_actions row of a cancel the runner of a
+// ConcurrentRunner's item had not finished when the agent stopped.
+const cancelAction = "Cancel"
+
 // resumeOne hands an item found Running after a start to its Resumer.
 func (a *Agent) resumeOne(ctx context.Context, w store.Work) error {
 	a.reportMu.Lock()
@@ -192,6 +196,28 @@ func (a *Agent) resumeOne(ctx context.Context, w store.Work) error {
 	a.reportMu.Unlock()
 	a.log.Info("resuming work that outlived the last agent process", "uid", w.UID, "type", w.Type)
 	if cr, ok := a.opts.Runners[w.Type].(ConcurrentRunner); ok {
+		// Cancelled before the restart (a recorded cancel), or since the
+		// start, before setRunning (the item ended in the DB): the runner
+		// must stop what still runs.
+		cur, found, err := a.db.Work(ctx, w.UID)
+		if err != nil {
+			return err
+		}
+		acts, err := a.db.Actions(ctx, w.UID)
+		if err != nil {
+			return err
+		}
+		cancelled := !found || terminal(cur.Phase)
+		for _, act := range acts {
+			cancelled = cancelled || act.Action == cancelAction
+		}
+		if cancelled {
+			a.reportMu.Lock()
+			if it, ok := a.running[w.UID]; ok {
+				it.stop(ErrCancelled)
+			}
+			a.reportMu.Unlock()
+		}
 		a.runConcurrent(ctx, rctx, w, cr.Resume)
 		return nil
 	}
@@ -305,6 +331,12 @@ func (a *Agent) cancel(ctx context.Context, uid, reason string) error {
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
 	if it, ok := a.running[uid]; ok && it.concurrent {
+		// Recorded first: the hub does not send an acked cancel again, and
+		// an agent that dies before the item stopped must stop it after
+		// its restart.
+		if err := a.db.SetAction(ctx, store.Action{UID: uid, Action: cancelAction, State: store.ActionRunning, Reason: reason}); err != nil {
+			return err
+		}
 		it.stop(ErrCancelled)
 		return nil
 	}
