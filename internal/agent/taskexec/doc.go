@@ -65,6 +65,10 @@
 // ends Failed with reason wire.ReasonLost and a message saying the exit code
 // is unknown. A timeout still applies to an adopted process.
 //
+// Process groups do not leave a cgroup: under systemd, the agent's unit
+// needs KillMode=process (or mixed), or stopping the agent kills its tasks
+// and the next start reports them lost.
+//
 // # What not
 //
 // No resource limits (cgroups), no user switching, no stdin. Linux only.
