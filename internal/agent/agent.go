@@ -83,6 +83,28 @@ type Resumer interface {
 	Resume(ctx context.Context, w store.Work, env Env) (phase, reason, message string)
 }
 
+// ConcurrentRunner is a runner whose items run beside each other and
+// beside the work loop (tasks: many processes at once). The loop claims an
+// item and runs RunReporting (or, after a start, Resume) on a goroutine of
+// its own.
+//
+// The item's context ends with cause ErrCancelled when the hub cancels it:
+// the runner stops the item and returns its end, and the agent reports
+// Cancelled only then (a task's process is gone when its Cancelled is
+// reported). It ends with another cause when the agent is stopping: a
+// runner whose item goes on outside the agent returns PhaseRunning, and the
+// item stays Running in the DB for Resume after the next start.
+type ConcurrentRunner interface {
+	ReportingRunner
+	Resumer
+	// RunsConcurrently marks the runner; it does nothing.
+	RunsConcurrently()
+}
+
+// ErrCancelled is the cause of a running item's context when the hub
+// cancelled the item (see ConcurrentRunner).
+var ErrCancelled = errors.New("the hub cancelled the work item")
+
 // RunnerFunc adapts a function to Runner.
 type RunnerFunc func(ctx context.Context, w store.Work) (phase, reason string)
 
@@ -154,11 +176,11 @@ type Agent struct {
 	// drops a report older than one it applied) and a NodeState includes
 	// every work change reported at a lower revision.
 	reportMu sync.Mutex
-	// running is the item the work loop runs now; reportMu guards it.
-	running struct {
-		uid  string
-		stop context.CancelFunc
-	}
+	// running holds the items being run now, by uid: the one the work
+	// loop runs and those of ConcurrentRunners. reportMu guards it.
+	running map[string]runningItem
+	// async counts the goroutines of ConcurrentRunners' items.
+	async sync.WaitGroup
 
 	kick     chan struct{} // wakes the outbox flusher
 	work     chan string   // uids to run
@@ -225,6 +247,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// Node job runners need the DB; the caller's runners win.
 	for typ, r := range a.nodeJobRunners(db) {
+		if _, set := opts.Runners[typ]; !set {
+			a.opts.Runners[typ] = r
+		}
+	}
+	tasks, err := a.taskRunners(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer tasks.close() // after runWork has returned: processes go on, unwatched
+	for typ, r := range tasks.runners {
 		if _, set := opts.Runners[typ]; !set {
 			a.opts.Runners[typ] = r
 		}

@@ -14,8 +14,10 @@
 //	         └► heartbeats + outbox (NodeState, Status) over SendMessage
 //	stream lost ─► back off, next hub ─► GetMessage again (the hub re-sends a Snapshot)
 //
-// Work runs beside the connection, one item at a time: a broken stream
-// neither interrupts nor repeats it, and its status waits in the outbox.
+// Work runs beside the connection, one item at a time, except the items of
+// a ConcurrentRunner (tasks), which run side by side, each on a goroutine
+// of its own: a broken stream neither interrupts nor repeats an item, and
+// its status waits in the outbox.
 // An item ends once (Succeeded, Failed or Cancelled); a Cancel, or a
 // snapshot that no longer lists the item, interrupts its runner, and an
 // item the hub dropped is forgotten once its Cancelled status is queued.

@@ -70,6 +70,8 @@ func (a *Agent) rescheduleDropped(ctx context.Context) error {
 // (across streams). Runners that take long start their own supervised
 // processes; this loop only sequences state changes.
 func (a *Agent) runWork(ctx context.Context) error {
+	// Concurrent items see ctx end too; wait for their ends to be recorded.
+	defer a.async.Wait()
 	for _, w := range a.resume {
 		if err := a.resumeOne(ctx, w); err != nil || ctx.Err() != nil {
 			return err
@@ -108,6 +110,10 @@ func (a *Agent) runWork(ctx context.Context) error {
 		if !ok {
 			continue // already ran, cancelled or dropped: never run twice
 		}
+		if cr, ok := a.opts.Runners[w.Type].(ConcurrentRunner); ok {
+			a.runConcurrent(ctx, rctx, w, cr.RunReporting)
+			continue
+		}
 		phase, reason, message := PhaseFailed, fmt.Sprintf("this agent has no runner for work type %q", w.Type), ""
 		if r, found := a.opts.Runners[w.Type]; found {
 			if rr, ok := r.(ReportingRunner); ok {
@@ -133,13 +139,88 @@ func (a *Agent) runWork(ctx context.Context) error {
 	}
 }
 
+// runConcurrent runs the item of a ConcurrentRunner on a goroutine of its
+// own and records its end.
+func (a *Agent) runConcurrent(ctx, rctx context.Context, w store.Work, run func(context.Context, store.Work, Env) (string, string, string)) {
+	a.async.Add(1)
+	go func() {
+		defer a.async.Done()
+		phase, reason, message := run(rctx, w, a.env(w.UID))
+		if phase == PhaseRunning && ctx.Err() != nil {
+			// The agent is stopping and the item goes on outside it: it
+			// stays Running, for its runner's Resume after the next start.
+			a.reportMu.Lock()
+			delete(a.running, w.UID)
+			a.reportMu.Unlock()
+			return
+		}
+		if !terminal(phase) {
+			phase, reason = PhaseFailed, fmt.Sprintf("the %s runner ended with phase %q, not %s, %s or %s: %s",
+				w.Type, phase, PhaseSucceeded, PhaseFailed, PhaseCancelled, reason)
+		}
+		if err := a.finishWith(context.WithoutCancel(ctx), w.UID, phase, reason, message); err != nil {
+			// The item stays Running in the DB: a restart reports it.
+			a.log.Error("cannot record the end of a work item", "uid", w.UID, "phase", phase, "err", err)
+		}
+	}()
+}
+
+// runningItem is an item being run.
+type runningItem struct {
+	stop       context.CancelCauseFunc
+	concurrent bool // its runner is a ConcurrentRunner: it reports its own cancel
+}
+
+// setRunning records uid as running and returns its context. reportMu is held.
+func (a *Agent) setRunning(ctx context.Context, w store.Work) context.Context {
+	rctx, stop := context.WithCancelCause(ctx)
+	if a.running == nil {
+		a.running = map[string]runningItem{}
+	}
+	if old, ok := a.running[w.UID]; ok {
+		old.stop(ErrCancelled) // cannot happen: an item is claimed once
+	}
+	_, concurrent := a.opts.Runners[w.Type].(ConcurrentRunner)
+	a.running[w.UID] = runningItem{stop: stop, concurrent: concurrent}
+	return rctx
+}
+
+// cancelAction is the work_actions row of a cancel the runner of a
+// ConcurrentRunner's item had not finished when the agent stopped.
+const cancelAction = "Cancel"
+
 // resumeOne hands an item found Running after a start to its Resumer.
 func (a *Agent) resumeOne(ctx context.Context, w store.Work) error {
 	a.reportMu.Lock()
-	rctx, stop := context.WithCancel(ctx)
-	a.running.uid, a.running.stop = w.UID, stop
+	rctx := a.setRunning(ctx, w)
 	a.reportMu.Unlock()
 	a.log.Info("resuming work that outlived the last agent process", "uid", w.UID, "type", w.Type)
+	if cr, ok := a.opts.Runners[w.Type].(ConcurrentRunner); ok {
+		// Cancelled before the restart (a recorded cancel), or since the
+		// start, before setRunning (the item ended in the DB): the runner
+		// must stop what still runs.
+		cur, found, err := a.db.Work(ctx, w.UID)
+		if err != nil {
+			return err
+		}
+		acts, err := a.db.Actions(ctx, w.UID)
+		if err != nil {
+			return err
+		}
+		cancelled := !found || terminal(cur.Phase)
+		for _, act := range acts {
+			cancelled = cancelled || act.Action == cancelAction
+		}
+		if cancelled {
+			a.reportMu.Lock()
+			if it, ok := a.running[w.UID]; ok {
+				it.stop(ErrCancelled)
+			}
+			a.reportMu.Unlock()
+		}
+		a.runConcurrent(ctx, rctx, w, cr.Resume)
+		return nil
+	}
 	phase, reason, message := a.opts.Runners[w.Type].(Resumer).Resume(rctx, w, a.env(w.UID))
 	if !terminal(phase) {
 		phase, reason = PhaseFailed, fmt.Sprintf("the %s runner resumed with phase %q: %s", w.Type, phase, reason)
@@ -161,7 +242,7 @@ func (a *Agent) env(uid string) Env {
 func (a *Agent) progress(ctx context.Context, uid, reason, message string) error {
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
-	if a.running.uid != uid {
+	if _, ok := a.running[uid]; !ok {
 		return fmt.Errorf("work %s is not running", uid)
 	}
 	if len(message) > protocol.MaxMessageBytes {
@@ -189,12 +270,7 @@ func (a *Agent) claim(ctx context.Context, uid string) (store.Work, context.Cont
 	if err := a.db.SetWorkPhase(ctx, uid, PhaseRunning, ""); err != nil {
 		return w, nil, false, err
 	}
-	rctx, stop := context.WithCancel(ctx)
-	if a.running.stop != nil {
-		a.running.stop() // cannot happen: one item runs at a time
-	}
-	a.running.uid, a.running.stop = uid, stop
-	return w, rctx, true, nil
+	return w, a.setRunning(ctx, w), true, nil
 }
 
 // terminal reports whether phase is an end: nothing changes an item after it.
@@ -226,9 +302,9 @@ func (a *Agent) finishMessage(ctx context.Context, uid, phase, reason, message s
 	// A runner's verdict goes into a report: keep it within the protocol, or
 	// the report could never be encoded (and the item never reported).
 	phase, reason = clipText(phase, protocol.MaxTextBytes), clipText(reason, protocol.MaxTextBytes)
-	if a.running.uid == uid {
-		a.running.stop()
-		a.running.uid, a.running.stop = "", nil
+	if it, ok := a.running[uid]; ok {
+		it.stop(ErrCancelled)
+		delete(a.running, uid)
 	}
 	w, ok, err := a.db.Work(ctx, uid)
 	if err != nil || !ok || terminal(w.Phase) {
@@ -248,9 +324,23 @@ func (a *Agent) finishMessage(ctx context.Context, uid, phase, reason, message s
 }
 
 // cancel ends uid as Cancelled, interrupting its runner if it is running.
-// An item that already ended is left as it is.
+// An item that already ended is left as it is. The item of a
+// ConcurrentRunner is only interrupted: its runner reports the end once
+// the item has stopped.
 func (a *Agent) cancel(ctx context.Context, uid, reason string) error {
-	return a.finish(ctx, uid, PhaseCancelled, reason)
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	if it, ok := a.running[uid]; ok && it.concurrent {
+		// Recorded first: the hub does not send an acked cancel again, and
+		// an agent that dies before the item stopped must stop it after
+		// its restart.
+		if err := a.db.SetAction(ctx, store.Action{UID: uid, Action: cancelAction, State: store.ActionRunning, Reason: reason}); err != nil {
+			return err
+		}
+		it.stop(ErrCancelled)
+		return nil
+	}
+	return a.finishLocked(ctx, uid, PhaseCancelled, reason)
 }
 
 // clipText makes s valid UTF-8 of at most max bytes, marking a cut with "…".

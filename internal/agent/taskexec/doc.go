@@ -1,0 +1,75 @@
+// Package taskexec is drover-agent's exec driver for tasks (batch.drover.io,
+// seed 001): it runs one attempt of a task as a process and tells how it
+// ended, in the terms of the hub-agent contract (internal/task/wire).
+//
+// # What it does
+//
+// An attempt is the argv of its spec, run with os/exec and never through a
+// shell, in its own process group, with a minimal environment (PATH, HOME,
+// DROVER_TASK_NAME, DROVER_TASK_NAMESPACE, DROVER_TASK_ATTEMPT) plus the
+// spec's env, in the spec's working dir or a fresh one under
+// <state dir>/tasks/<work id>/work. Its artifacts are fetched over http(s)
+// before it starts, checked against their sha256 and written inside the
+// working dir (an os.Root refuses any path that would leave it, symlinks
+// included). stdout and stderr go to <state dir>/tasks/<work id>/stdout.log
+// and stderr.log.
+//
+// A timeout sends SIGTERM to the group, then SIGKILL after the kill timeout;
+// the attempt ends Failed with reason "timeout" and exit code 143 (it ended
+// after SIGTERM) or 137 (it needed SIGKILL). A cancel does the same and ends
+// Cancelled. When the command itself ends, whatever it left running in its
+// group is killed: the group is the attempt's lifetime, so nothing it started
+// holds on to resources the scheduler believes free.
+//
+// # Goroutines: one monitor for all processes
+//
+// The driver runs one goroutine, the monitor, whatever the number of
+// processes (the seed's N+1 design, minus the N): Start and Adopt create no
+// goroutine. The monitor
+//
+//   - learns that children ended from SIGCHLD (os/signal, whose delivery
+//     goroutine is one per program) and reaps them with waitid/wait4 on their
+//     own pids, never wait(-1), so it does not steal the exit of a process
+//     another part of the agent started;
+//   - kills a finished command's leftover group members between seeing it
+//     exit (waitid WNOWAIT, the pid still held by the zombie) and reaping it,
+//     so the group id cannot have been reused by then;
+//   - enforces timeouts and kill timeouts with one timer set to the nearest
+//     deadline;
+//   - rotates logs and watches processes it did not start (see Adopt) by
+//     polling every Options.PollInterval.
+//
+// The log files are *os.File values handed to the process, so os/exec copies
+// nothing (a non-file io.Writer would cost a goroutine per pipe), and the
+// process keeps writing its logs while no agent runs (a pipe to the agent
+// would break, and kill it with SIGPIPE, at an agent restart). Rotation is
+// therefore copy-truncate, done by the monitor: a file at or over
+// Options.MaxLogBytes is copied to <name>.1 (its last MaxLogBytes bytes,
+// replacing the older copy through a rename, so a reader never sees half a
+// file) and truncated to zero; the
+// process opened it O_APPEND, so it goes on writing at the new end. Costs of
+// this choice: a file may grow past the limit by what is written in one poll
+// interval, and output written between the copy and the truncation (a
+// window of microseconds) is lost. A reader that follows stdout.log sees its
+// size drop to zero at a rotation and must start again from the beginning.
+//
+// # Restarts
+//
+// A process outlives the agent (it is in its own group, and the driver's
+// Close leaves it running). Info is what the caller persists to find it
+// again: pid, start time in clock ticks (/proc/<pid>/stat field 22, so a
+// reused pid is not mistaken for it), deadline and log dir. Adopt watches it
+// again. If the agent re-executed itself (an upgrade keeps the pid), the
+// process is still its child and its exit code is known. Otherwise no one
+// can learn the exit code of a process that is not one's child: the attempt
+// ends Failed with reason wire.ReasonLost and a message saying the exit code
+// is unknown. A timeout still applies to an adopted process.
+//
+// Process groups do not leave a cgroup: under systemd, the agent's unit
+// needs KillMode=process (or mixed), or stopping the agent kills its tasks
+// and the next start reports them lost.
+//
+// # What not
+//
+// No resource limits (cgroups), no user switching, no stdin. Linux only.
+package taskexec

@@ -1,0 +1,482 @@
+package taskexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/drover-fleet/drover/internal/task/wire"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxLogBytes  = 10 << 20
+	DefaultPollInterval = time.Second
+	DefaultKillTimeout  = 10 * time.Second
+)
+
+// Names of the files in an attempt's log dir.
+const (
+	StdoutFile = "stdout.log"
+	StderrFile = "stderr.log"
+)
+
+// Options configure a Driver. Zero values take the documented defaults.
+type Options struct {
+	// StateDir is the agent's state dir; attempts live in StateDir/tasks/<work id>. Required.
+	StateDir string
+	// MaxLogBytes is the size at which stdout.log or stderr.log is rotated
+	// to <name>.1. Default DefaultMaxLogBytes.
+	MaxLogBytes int64
+	// PollInterval is how often the monitor checks log sizes and the
+	// processes it did not start. Default DefaultPollInterval.
+	PollInterval time.Duration
+	// HTTPClient fetches artifacts. Default: a client with a 10 minute timeout.
+	HTTPClient *http.Client
+	// Logger for operators. Default: discard.
+	Logger *slog.Logger
+}
+
+// Info is what a caller persists about a started attempt to find its
+// process again after a restart (Adopt).
+type Info struct {
+	PID int `json:"pid"`
+	// StartTicks is the process start time in clock ticks after boot
+	// (/proc/<pid>/stat field 22): a pid with other ticks is another process.
+	StartTicks uint64    `json:"startTicks"`
+	StartTime  time.Time `json:"startTime"`
+	// Deadline is when the timeout fires; zero for none.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// LogDir holds stdout.log and stderr.log.
+	LogDir string `json:"logDir"`
+}
+
+// Result is how an attempt ended: Phase one of wire.PhaseSucceeded,
+// PhaseFailed or PhaseCancelled, Reason a wire.Reason* (empty on success),
+// and the Report to send with it.
+type Result struct {
+	Phase  string      `json:"phase"`
+	Reason string      `json:"reason,omitempty"`
+	Report wire.Report `json:"report"`
+}
+
+// Error is why an attempt could not start; Reason is wire.ReasonArtifact or
+// wire.ReasonStartError.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Driver runs attempts. It is safe for concurrent use.
+type Driver struct {
+	opts Options
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	procs  map[*Proc]struct{} // watched by the monitor
+	closed bool
+
+	wake chan struct{} // a proc was added or asked to stop
+	sig  chan os.Signal
+	stop chan struct{}
+	done chan struct{} // the monitor returned
+}
+
+// New starts a driver and its monitor goroutine. Close stops it.
+func New(opts Options) (*Driver, error) {
+	if opts.StateDir == "" {
+		return nil, errors.New("taskexec: a state dir is required")
+	}
+	if opts.MaxLogBytes <= 0 {
+		opts.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{
+		opts:  opts,
+		log:   opts.Logger,
+		procs: map[*Proc]struct{}{},
+		wake:  make(chan struct{}, 1),
+		sig:   make(chan os.Signal, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	// SIGCHLD tells the monitor a child changed state; a full channel
+	// coalesces signals, which is fine: the monitor checks every process.
+	signal.Notify(d.sig, syscall.SIGCHLD)
+	go d.monitor()
+	return d, nil
+}
+
+// Close stops the monitor. Running processes are left running, unwatched:
+// their Done channels never close. A caller that stops persists Info to
+// Adopt them after its restart.
+func (d *Driver) Close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	for p := range d.procs {
+		p.detached = true
+	}
+	clear(d.procs)
+	d.mu.Unlock()
+	signal.Stop(d.sig)
+	close(d.stop)
+	<-d.done
+}
+
+// Watching is the number of processes the monitor watches now.
+func (d *Driver) Watching() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.procs)
+}
+
+// TaskDir is the directory of attempt id: its logs, and its working dir
+// when the spec names none.
+func (d *Driver) TaskDir(id string) string {
+	return filepath.Join(d.opts.StateDir, "tasks", id)
+}
+
+// workIDRE is what a work id may be to name a directory.
+var workIDRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$`)
+
+// Prepared is an attempt ready to start: its directories and log files
+// exist and its artifacts are fetched.
+type Prepared struct {
+	d              *Driver
+	id             string
+	spec           *wire.Spec
+	path, dir      string
+	env            []string
+	logDir         string
+	stdout, stderr *os.File
+}
+
+// Prepare checks spec, creates the attempt's directories and log files and
+// fetches its artifacts. Its error is an *Error. ctx bounds the fetches.
+func (d *Driver) Prepare(ctx context.Context, id string, spec *wire.Spec) (*Prepared, error) {
+	startErr := func(format string, args ...any) error {
+		return &Error{Reason: wire.ReasonStartError, Err: fmt.Errorf(format, args...)}
+	}
+	if !workIDRE.MatchString(id) {
+		return nil, startErr("work id %q cannot name a directory", id)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, startErr("%w", err)
+	}
+	p := &Prepared{d: d, id: id, spec: spec, logDir: d.TaskDir(id), dir: spec.WorkingDir}
+	if p.dir == "" {
+		p.dir = filepath.Join(p.logDir, "work")
+	}
+	if err := os.MkdirAll(p.logDir, 0o750); err != nil {
+		return nil, startErr("create the task dir: %w", err)
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return nil, startErr("create working dir %s: %w", p.dir, err)
+	}
+	if err := d.fetchArtifacts(ctx, p.dir, spec.Artifacts); err != nil {
+		return nil, &Error{Reason: wire.ReasonArtifact, Err: err}
+	}
+	p.env = taskEnv(spec)
+	var err error
+	if p.path, err = lookPath(spec.Command[0], p.env, p.dir); err != nil {
+		return nil, startErr("%w", err)
+	}
+	if p.stdout, err = openLog(filepath.Join(p.logDir, StdoutFile)); err != nil {
+		return nil, startErr("%w", err)
+	}
+	if p.stderr, err = openLog(filepath.Join(p.logDir, StderrFile)); err != nil {
+		p.stdout.Close()
+		return nil, startErr("%w", err)
+	}
+	return p, nil
+}
+
+// Close releases a prepared attempt that will not start.
+func (p *Prepared) Close() {
+	if p.stdout != nil {
+		p.stdout.Close()
+		p.stderr.Close()
+		p.stdout, p.stderr = nil, nil
+	}
+}
+
+// openLog opens a log for appending: O_APPEND keeps the process writing at
+// the end after copy-truncate rotation empties the file.
+func openLog(name string) (*os.File, error) {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	return f, nil
+}
+
+// defaultPath is PATH when the agent has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// taskEnv is the minimal environment plus the spec's (later entries win).
+func taskEnv(spec *wire.Spec) []string {
+	path, home := os.Getenv("PATH"), os.Getenv("HOME")
+	if path == "" {
+		path = defaultPath
+	}
+	if home == "" {
+		home = "/"
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + home,
+		"DROVER_TASK_NAME=" + spec.Name,
+		"DROVER_TASK_NAMESPACE=" + spec.Namespace,
+		"DROVER_TASK_ATTEMPT=" + strconv.Itoa(int(spec.Attempt)),
+	}
+	env = append(env, spec.Env...)
+	// Keep the last of each name, as a shell would.
+	seen := map[string]int{}
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := seen[name]; ok {
+			out[i] = kv
+			continue
+		}
+		seen[name] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// lookPath finds a command without a slash in the task's PATH (not the
+// agent's); a relative one with a slash is relative to the working dir.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
+			return "", fmt.Errorf("command %s: %w", name, err)
+		}
+		return p, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue // a relative PATH entry would depend on the working dir
+		}
+		p := filepath.Join(d, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q not found in PATH %s", name, path)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", p)
+	}
+	return nil
+}
+
+// Start starts the prepared attempt. Its error is an *Error.
+func (p *Prepared) Start() (*Proc, error) {
+	defer p.Close() // the child holds its own copies of the log files
+	d := p.d
+	cmd := &exec.Cmd{
+		Path:   p.path,
+		Args:   p.spec.Command,
+		Env:    p.env,
+		Dir:    p.dir,
+		Stdout: p.stdout,
+		Stderr: p.stderr,
+		// Its own group: signals go to everything it started, and an agent
+		// stopped from a terminal (SIGINT to the foreground group) leaves it.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, &Error{Reason: wire.ReasonStartError, Err: errors.New("the driver is closed")}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, &Error{Reason: wire.ReasonStartError, Err: fmt.Errorf("start %s: %w", p.spec.Command[0], err)}
+	}
+	now := time.Now()
+	pid := cmd.Process.Pid
+	// The monitor reaps by pid; the os.Process handle (a pidfd) is not needed.
+	cmd.Process.Release()
+	st, err := readStat(pid)
+	if err != nil {
+		// It cannot have been reaped (only the monitor reaps, and it waits
+		// for d.mu), so /proc must have it.
+		d.log.Warn("cannot read the start time of a task process", "pid", pid, "err", err)
+	}
+	info := Info{PID: pid, StartTicks: st.startTicks, StartTime: now, LogDir: p.logDir}
+	if p.spec.TimeoutSeconds > 0 {
+		info.Deadline = now.Add(time.Duration(p.spec.TimeoutSeconds) * time.Second)
+	}
+	proc := d.newProc(p.id, p.spec, info, true)
+	d.procs[proc] = struct{}{}
+	d.kick()
+	d.log.Debug("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0])
+	return proc, nil
+}
+
+// Adopt watches again an attempt started before a restart (its Info was
+// persisted). A process that is gone, or whose pid now belongs to another
+// process, gives a Proc already done, Failed with reason wire.ReasonLost.
+func (d *Driver) Adopt(id string, spec *wire.Spec, info Info) *Proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	proc := d.newProc(id, spec, info, false)
+	st, err := readStat(info.PID)
+	if err != nil || st.startTicks != info.StartTicks || info.PID <= 0 {
+		proc.finish(Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: proc.report(
+			"the agent restarted while the task ran; its result is unknown (its process is gone)", nil)})
+		return proc
+	}
+	// A child of this process (the agent re-executed itself, keeping its
+	// pid) can be reaped, with its exit code; any other cannot.
+	proc.child = isChild(info.PID)
+	proc.pgid = st.pgid
+	if d.closed {
+		proc.finish(Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: proc.report("the driver is closed", nil)})
+		return proc
+	}
+	d.procs[proc] = struct{}{}
+	d.kick()
+	d.log.Info("task re-attached after a restart", "id", id, "pid", info.PID, "child", proc.child)
+	return proc
+}
+
+func (d *Driver) newProc(id string, spec *wire.Spec, info Info, child bool) *Proc {
+	kt := DefaultKillTimeout
+	if spec.KillTimeoutSeconds > 0 {
+		kt = time.Duration(spec.KillTimeoutSeconds) * time.Second
+	}
+	return &Proc{d: d, id: id, info: info, child: child, pgid: info.PID, killTimeout: kt,
+		timeout: time.Duration(spec.TimeoutSeconds) * time.Second, done: make(chan struct{})}
+}
+
+func (d *Driver) kick() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Proc is a running attempt.
+type Proc struct {
+	d           *Driver
+	id          string
+	info        Info
+	child       bool // this process's child: reaped with its exit code
+	pgid        int  // its group, which the signals go to
+	killTimeout time.Duration
+	timeout     time.Duration
+
+	// Owned by the monitor.
+	termAt    time.Time // SIGTERM sent
+	killed    bool      // SIGKILL sent
+	cause     string    // why it is being stopped: wire.ReasonTimeout or wire.ReasonCancelled
+	nextCheck time.Time // of the logs, and of a non-child's liveness
+
+	// Guarded by d.mu.
+	cancel   bool
+	detached bool
+	res      Result
+	done     chan struct{}
+}
+
+// Info is what to persist to Adopt p after a restart.
+func (p *Proc) Info() Info { return p.info }
+
+// Done is closed when the attempt has ended; Result then tells how.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Result is how the attempt ended; valid once Done is closed.
+func (p *Proc) Result() Result {
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	return p.res
+}
+
+// Cancel stops the attempt: SIGTERM to its group, SIGKILL after the kill
+// timeout. It ends Cancelled, unless it ended first.
+func (p *Proc) Cancel() {
+	p.d.mu.Lock()
+	p.cancel = true
+	p.d.mu.Unlock()
+	p.d.kick()
+}
+
+// Detach stops watching p and leaves its process running (the agent is
+// stopping; Adopt finds it again). It reports false when p has already
+// ended: Result tells how.
+func (p *Proc) Detach() bool {
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	p.detached = true
+	delete(p.d.procs, p)
+	return true
+}
+
+// finish records the result and closes done; d.mu is held.
+func (p *Proc) finish(r Result) {
+	p.res = r
+	delete(p.d.procs, p)
+	close(p.done)
+}
+
+// report is the end report of p with message and exit code.
+func (p *Proc) report(msg string, code *int32) wire.Report {
+	return wire.Report{
+		PID:        p.info.PID,
+		ExitCode:   code,
+		StartTime:  p.info.StartTime.UTC().Format(time.RFC3339Nano),
+		FinishTime: time.Now().UTC().Format(time.RFC3339Nano),
+		Message:    msg,
+		OutputTail: outputTail(p.info.LogDir, wire.MaxTailBytes),
+	}
+}

@@ -1,0 +1,39 @@
+package taskexec_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
+	"github.com/drover-fleet/drover/internal/task/wire"
+)
+
+// An attempt's argv reaches the program as it is: no shell expands it.
+func Example() {
+	dir, err := os.MkdirTemp("", "taskexec-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	d, err := taskexec.New(taskexec.Options{StateDir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close()
+
+	spec := &wire.Spec{Name: "hello", Attempt: 1, Command: []string{"echo", "$HOME", "a;b"}}
+	prep, err := d.Prepare(context.Background(), wire.WorkID("0b0e", 1), spec)
+	if err != nil {
+		panic(err)
+	}
+	proc, err := prep.Start()
+	if err != nil {
+		panic(err)
+	}
+	<-proc.Done()
+	res := proc.Result()
+	fmt.Printf("%s, exit code %d, output %q\n", res.Phase, *res.Report.ExitCode, res.Report.OutputTail)
+	// Output:
+	// Succeeded, exit code 0, output "$HOME a;b\n"
+}

@@ -1,0 +1,217 @@
+package taskexec
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/drover-fleet/drover/internal/task/wire"
+)
+
+// monitor is the driver's one goroutine: it wakes on SIGCHLD, on a new or
+// cancelled process, and at the nearest deadline or poll time, and checks
+// every watched process.
+func (d *Driver) monitor() {
+	defer close(d.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		next := d.scan(time.Now())
+		var tick <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			tick = timer.C
+		}
+		select {
+		case <-d.stop:
+			timer.Stop()
+			return
+		case <-d.wake:
+		case <-d.sig:
+		case <-tick:
+		}
+		timer.Stop()
+	}
+}
+
+// scan checks every watched process and returns when to look again (zero:
+// when something wakes the monitor).
+func (d *Driver) scan(now time.Time) time.Time {
+	d.mu.Lock()
+	procs := make([]*Proc, 0, len(d.procs))
+	for p := range d.procs {
+		procs = append(procs, p)
+	}
+	d.mu.Unlock()
+	var next time.Time
+	earliest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, p := range procs {
+		earliest(d.check(p, now))
+	}
+	return next
+}
+
+// check moves p on: reaps it if it ended, signals it if its time is up,
+// rotates its logs when due. It returns when p needs looking at again.
+func (d *Driver) check(p *Proc, now time.Time) time.Time {
+	d.mu.Lock()
+	if p.detached {
+		d.mu.Unlock()
+		return time.Time{}
+	}
+	if res, ended := p.ended(); ended {
+		p.finish(res)
+		d.mu.Unlock()
+		d.log.Debug("task ended", "id", p.id, "pid", p.info.PID, "phase", res.Phase, "reason", res.Reason)
+		return time.Time{}
+	}
+	var next time.Time
+	if p.termAt.IsZero() {
+		switch {
+		case p.cancel:
+			p.cause = wire.ReasonCancelled
+		case !p.info.Deadline.IsZero() && !now.Before(p.info.Deadline):
+			p.cause = wire.ReasonTimeout
+		}
+		if p.cause != "" {
+			d.log.Info("stopping task", "id", p.id, "pid", p.info.PID, "why", p.cause)
+			p.signal(syscall.SIGTERM)
+			p.termAt = now
+		} else {
+			next = p.info.Deadline
+		}
+	}
+	if !p.termAt.IsZero() && !p.killed {
+		if killAt := p.termAt.Add(p.killTimeout); now.Before(killAt) {
+			next = killAt
+		} else {
+			d.log.Info("task still running after SIGTERM; killing it", "id", p.id, "pid", p.info.PID, "killTimeout", p.killTimeout)
+			p.signal(syscall.SIGKILL)
+			p.killed = true
+		}
+	}
+	d.mu.Unlock()
+	if !now.Before(p.nextCheck) {
+		// Out of the lock: a copy may take a while.
+		for _, name := range []string{StdoutFile, StderrFile} {
+			if err := rotate(filepath.Join(p.info.LogDir, name), d.opts.MaxLogBytes); err != nil {
+				d.log.Warn("cannot rotate a task log", "id", p.id, "file", name, "err", err)
+			}
+		}
+		p.nextCheck = now.Add(d.opts.PollInterval)
+	}
+	if next.IsZero() || p.nextCheck.Before(next) {
+		next = p.nextCheck
+	}
+	return next
+}
+
+// signal sends sig to p's group (to p alone if it leads none). An error
+// (the process is gone) is left to the next check to notice.
+func (p *Proc) signal(sig syscall.Signal) {
+	target := p.info.PID
+	if p.pgid == p.info.PID {
+		target = -p.pgid
+	}
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		p.d.log.Warn("cannot signal a task", "id", p.id, "pid", p.info.PID, "signal", sig.String(), "err", err)
+	}
+}
+
+// ended reports whether p's process has ended, and reaps it if it is a
+// child. d.mu is held.
+func (p *Proc) ended() (Result, bool) {
+	pid := p.info.PID
+	if !p.child {
+		st, err := readStat(pid)
+		if err == nil && st.startTicks == p.info.StartTicks && st.state != 'Z' && st.state != 'X' {
+			return Result{}, false
+		}
+		if err == nil && st.startTicks == p.info.StartTicks {
+			// A zombie still holds its pid and group id: its group may be killed.
+			p.killLeftovers()
+		}
+		return p.result(nil), true
+	}
+	var si unix.Siginfo
+	for {
+		// WNOWAIT: the zombie keeps the pid, so the group id cannot be
+		// reused while the leftovers are killed.
+		err := unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			p.d.log.Error("cannot wait for a task process", "id", p.id, "pid", pid, "err", err)
+			return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost,
+				Report: p.report(fmt.Sprintf("the agent lost track of the process: %v", err), nil)}, true
+		}
+		break
+	}
+	if si.Signo == 0 {
+		return Result{}, false // still running
+	}
+	p.killLeftovers()
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			p.d.log.Error("cannot reap a task process", "id", p.id, "pid", pid, "err", err)
+		}
+		break
+	}
+	return p.result(&ws), true
+}
+
+// killLeftovers kills what the command left in its group.
+func (p *Proc) killLeftovers() {
+	if p.pgid == p.info.PID {
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL) // ESRCH: nothing left
+	}
+}
+
+// result is how p ended; ws is nil when p is not a child (its status is
+// unknown).
+func (p *Proc) result(ws *syscall.WaitStatus) Result {
+	code := func(c int32) *int32 { return &c }
+	switch p.cause {
+	case wire.ReasonTimeout, wire.ReasonCancelled:
+		phase, what := wire.PhaseFailed, fmt.Sprintf("timeout %s", p.timeout)
+		if p.cause == wire.ReasonCancelled {
+			phase, what = wire.PhaseCancelled, "cancel"
+		}
+		if p.killed {
+			return Result{Phase: phase, Reason: p.cause, Report: p.report(
+				fmt.Sprintf("killed (SIGKILL) after %s: still running %s after SIGTERM", what, p.killTimeout), code(wire.ExitSIGKILL))}
+		}
+		return Result{Phase: phase, Reason: p.cause, Report: p.report(
+			fmt.Sprintf("terminated (SIGTERM) after %s", what), code(wire.ExitSIGTERM))}
+	}
+	switch {
+	case ws == nil:
+		return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: p.report(
+			"the agent restarted while the task ran; the process has ended since, but its exit code is unknown "+
+				"(only its parent could learn it, and the new agent process is not its parent)", nil)}
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return Result{Phase: wire.PhaseSucceeded, Report: p.report("", code(0))}
+	case ws.Exited():
+		c := int32(ws.ExitStatus())
+		return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonExitCode, Report: p.report(fmt.Sprintf("exited with code %d", c), &c)}
+	case ws.Signaled():
+		s := ws.Signal()
+		return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonSignal, Report: p.report(
+			fmt.Sprintf("killed by signal %d (%s)", int(s), unix.SignalName(s)), code(128+int32(s)))}
+	}
+	return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: p.report(fmt.Sprintf("unexpected wait status %#x", uint32(*ws)), nil)}
+}
