@@ -118,7 +118,7 @@ func TestUndispatchedTaskHasNoFinalizer(t *testing.T) {
 	if err := f.c.Status().Update(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Never(t, testenv.ShortTimeout/2, "a finalizer on a task this hub did not send", func(ctx context.Context) (bool, error) {
+	testenv.Never(t, testenv.ShortTimeout/2, "a finalizer on a task this hub did not send", func(context.Context) (bool, error) {
 		var got batchv1.Task
 		if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &got); err != nil {
 			return false, err
