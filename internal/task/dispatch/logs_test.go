@@ -34,6 +34,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
+	"github.com/drover-fleet/drover/internal/task/tasklogs"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
 
@@ -271,3 +272,52 @@ func TestTaskLogsAccess(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// drover logs' client finds the node's hub from the API, and follows the
+// node to its hub when asked at another one.
+func TestLogsClient(t *testing.T) {
+	f := start(t)
+	task := f.schedule("client", "/bin/sh", "-c", "echo via the client")
+	f.waitState(task, batchv1.TaskCompleted)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	o := tasklogs.Options{Config: env.Config, Client: f.c, DroverNamespace: f.droverNS, CAPEM: f.caPEM(), Namespace: f.ns, Name: task.Name}
+
+	testenv.Eventually(t, waitTimeout, "the hub's Lease names its address", func(context.Context) (bool, error) {
+		var out strings.Builder
+		if err := tasklogs.Copy(ctx, o, &out); err != nil {
+			return false, err
+		}
+		if out.String() != "via the client\n" {
+			return false, errors.New("got " + out.String())
+		}
+		return true, nil
+	})
+
+	// Another hub, which the node is not connected to, sends the client on.
+	other, err := hub.New(hub.Options{Name: "other-" + f.hub.Name(), Client: f.c, Namespace: f.droverNS, ListenAddress: "127.0.0.1:0",
+		ServingHosts: []string{"127.0.0.1"}, TaskLogs: f.d.LogTarget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	hdone := make(chan error, 1)
+	go func() { hdone <- other.Start(hctx) }()
+	defer func() {
+		hcancel()
+		select {
+		case <-hdone:
+		case <-time.After(stopTimeout):
+			t.Errorf("the other hub still runs %s after stop", stopTimeout)
+		}
+	}()
+	addr, err := other.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Hub = addr.String()
+	var out strings.Builder
+	if err := tasklogs.Copy(ctx, o, &out); err != nil || out.String() != "via the client\n" {
+		t.Errorf("asked at another hub: %q, %v", out.String(), err)
+	}
+}
