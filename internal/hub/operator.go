@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -66,11 +67,19 @@ const logAnswerTimeout = 30 * time.Second
 // kubeCARefresh is how often the kube-apiserver's client CA is re-read.
 const kubeCARefresh = 5 * time.Minute
 
+// logStall bounds how long an agent's chunk waits for a slow reader: less
+// than the agent's call timeout, so that the hub, not the agent's timeout,
+// decides, and the reader learns why its stream ended.
+const logStall = 10 * time.Second
+
 // logRequest is one TaskLogs call waiting for its agent's chunks.
 type logRequest struct {
 	node string
 	ch   chan *agentv1.LogChunk
 	done chan struct{}
+	// stalled is closed when a chunk waited logStall for the reader.
+	stalled   chan struct{}
+	stallOnce sync.Once
 }
 
 // loadKubeClientCA reads the kube-apiserver's client CA. A hub that cannot
@@ -255,7 +264,7 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 	}
 
 	id := protocol.NewID()
-	lr := &logRequest{node: node, ch: make(chan *agentv1.LogChunk, 4), done: make(chan struct{})}
+	lr := &logRequest{node: node, ch: make(chan *agentv1.LogChunk, 4), done: make(chan struct{}), stalled: make(chan struct{})}
 	h.logMu.Lock()
 	h.logReqs[id] = lr
 	h.logMu.Unlock()
@@ -285,6 +294,8 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 			if c.GetEof() {
 				return nil
 			}
+		case <-lr.stalled:
+			return status.Errorf(codes.ResourceExhausted, "the reader took more than %s to take a chunk; the agent of node %s stopped sending", logStall, node)
 		case <-first.C:
 			return status.Errorf(codes.DeadlineExceeded, "the agent of node %s did not answer the log request within %s (is it older than this hub?)", node, logAnswerTimeout)
 		case <-s.done:
@@ -353,9 +364,14 @@ func (h *Hub) deliverLog(ctx context.Context, node string, c *agentv1.LogChunk) 
 	if lr == nil || lr.node != node {
 		return nil, status.Errorf(codes.NotFound, "log request %s is over", c.GetRequestId())
 	}
+	stall := time.NewTimer(logStall)
+	defer stall.Stop()
 	select {
 	case lr.ch <- c:
 		return &agentv1.SendResponse{}, nil
+	case <-stall.C:
+		lr.stallOnce.Do(func() { close(lr.stalled) })
+		return nil, status.Errorf(codes.ResourceExhausted, "log request %s: the reader is too slow", c.GetRequestId())
 	case <-lr.done:
 		return nil, status.Errorf(codes.NotFound, "log request %s is over", c.GetRequestId())
 	case <-ctx.Done():

@@ -35,6 +35,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
 	"github.com/drover-fleet/drover/internal/task/tasklogs"
+	"github.com/drover-fleet/drover/internal/task/wire"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
 
@@ -319,5 +320,64 @@ func TestLogsClient(t *testing.T) {
 	var out strings.Builder
 	if err := tasklogs.Copy(ctx, o, &out); err != nil || out.String() != "via the client\n" {
 		t.Errorf("asked at another hub: %q, %v", out.String(), err)
+	}
+}
+
+// The agent reads the rotated file first, and follows a log across a
+// rotation (the full file renamed to .1, a new one started).
+func TestTaskLogsRotation(t *testing.T) {
+	f := start(t)
+	gate, open := f.gate("go")
+	task := f.schedule("rotating", "/bin/sh", "-c", waitFor(gate))
+	running := f.waitState(task, batchv1.TaskRunning)
+	dir := filepath.Join(f.stateDir, "tasks", wire.WorkID(string(running.UID), 1))
+	cur := filepath.Join(dir, "stdout.log")
+	appendTo := func(path, s string) {
+		t.Helper()
+		fh, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		if _, err := fh.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Our own log rotation, as the exec driver does it.
+	appendTo(cur, "one\n")
+	admin, _ := f.operator(adminCert(t), "")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	step := 0
+	got, eof, err := readLogs(ctx, admin, &operatorv1.TaskLogsRequest{Namespace: f.ns, Name: task.Name, Follow: true}, func(sofar string) {
+		switch {
+		case step == 0 && sofar == "one\n":
+			step++
+			// Written just before the rotation, after the reader's position.
+			appendTo(cur, "two\n")
+			if err := os.Rename(cur, cur+".1"); err != nil {
+				t.Error(err)
+			}
+			appendTo(cur, "three\n")
+		case step == 1 && strings.HasSuffix(sofar, "three\n"):
+			step++
+			open()
+		}
+	})
+	if err != nil || !eof || got != "one\ntwo\nthree\n" {
+		t.Errorf("followed across a rotation: %q (eof %v), %v; want one, two, three and the end", got, eof, err)
+	}
+	f.waitState(task, batchv1.TaskCompleted)
+
+	// From the start: the rotated file, then the current one; a tail
+	// reaches back into the rotated file.
+	for _, tc := range []struct {
+		tail uint64
+		want string
+	}{{0, "one\ntwo\nthree\n"}, {8, "o\nthree\n"}, {3, "ee\n"}} {
+		got, _, err := readLogs(ctx, admin, &operatorv1.TaskLogsRequest{Namespace: f.ns, Name: task.Name, TailBytes: tc.tail}, nil)
+		if err != nil || got != tc.want {
+			t.Errorf("tail %d: %q, %v; want %q", tc.tail, got, err, tc.want)
+		}
 	}
 }
