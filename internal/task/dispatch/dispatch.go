@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -763,12 +764,20 @@ func apply(st *batchv1.TaskStatus, p *pending, hub string, now time.Time) bool {
 			if rp.phase == wire.PhaseSucceeded {
 				s, reason = batchv1.TaskCompleted, ReasonCompleted
 			}
+			msg := rp.r.Message
 			if reason == "" {
+				reason = rp.phase
+			} else if strings.ContainsAny(reason, " :") {
+				// A sentence (the agent's own, e.g. after a restart): the
+				// reason stays a word, the sentence goes into the message.
+				if msg == "" {
+					msg = reason
+				}
 				reason = rp.phase
 			}
 			switch {
 			case !st.State.Final():
-				set(s, reason, rp.r.Message)
+				set(s, reason, msg)
 				if st.FinishTime == nil && rp.r.FinishTime == "" {
 					t := metav1.NewTime(now)
 					st.FinishTime = &t
