@@ -290,6 +290,11 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 		return nil
 	}
 	switch p := env.GetPayload().(type) {
+	case *agentv1.Envelope_LogRequest:
+		// Not state: neither ordered nor acked, and answered beside the
+		// stream for as long as the reader reads (tasklogs.go).
+		go a.serveLogs(ctx, client, p.LogRequest)
+		return nil
 	case *agentv1.Envelope_NodeConfiguration:
 		if a.opts.HeartbeatInterval == 0 && p.NodeConfiguration.GetHeartbeatSeconds() > 0 {
 			a.mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/nodejob/executor"
+	"github.com/drover-fleet/drover/internal/task/dispatch"
 )
 
 // componentOptions are the flags of the parts `drover server`, `drover
@@ -124,9 +125,17 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			}
 			work, status = exec, exec
 		}
+		tasks := dispatch.New(dispatch.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Logger: log.With("component", "task-dispatch"), Registerer: metrics.Registry})
+		if err := tasks.SetupWithManager(context.Background(), mgr); err != nil {
+			return nil, fmt.Errorf("set up task dispatch: %w", err)
+		}
+		mux := hub.NewMux(hub.Route{Name: "tasks", Owns: dispatch.Owns, Work: tasks, Status: tasks},
+			hub.Route{Name: "node jobs", Work: work, Status: status})
 		h, err := hub.New(hub.Options{
-			Work:              work,
-			Status:            status,
+			Work:              mux,
+			Status:            mux,
+			TaskLogs:          tasks.LogTarget,
 			Name:              c.hubName,
 			Client:            mgr.GetClient(),
 			APIReader:         mgr.GetAPIReader(),
@@ -145,6 +154,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		if exec != nil {
 			exec.SetHub(h)
 		}
+		tasks.SetHub(h)
 		if err := mgr.Add(h); err != nil {
 			return nil, err
 		}

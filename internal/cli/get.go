@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,19 +19,28 @@ import (
 
 func newGetCommand(g *globalOptions) *cobra.Command {
 	var selector string
+	var scope namespaceScope
 	cmd := &cobra.Command{
-		Use:   "get nodes|nodeupgradejobs|imageprepulljobs [NAME...]",
-		Short: "List fleet nodes or node jobs",
+		Use:   "get nodes|nodeupgradejobs|imageprepulljobs|fleetjobs|taskgroups|tasks [NAME...]",
+		Short: "List fleet nodes, node jobs or robot tasks",
 		Example: `  drover get nodes
   drover get nodes edge-1 edge-2
   drover get nodes -l site=berlin
-  drover get nodeupgradejobs`,
+  drover get nodeupgradejobs
+  drover get tasks -n robots`,
 		Args:      cobra.MinimumNArgs(1),
-		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj"},
+		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj", "fleetjobs", "taskgroups", "tasks"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			if kind, ok := batchKinds[strings.ToLower(args[0])]; ok {
+				sel, err := labels.Parse(selector)
+				if err != nil {
+					return fmt.Errorf("--selector %q: %w", selector, err)
+				}
+				return getBatch(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, kind, scope, sel, args[1:], time.Now())
 			}
 			if k, ok := findJobKind(args[0]); ok {
 				jobs, err := getJobs(cmd.Context(), c, k, args[1:])
@@ -85,6 +95,8 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. site=berlin,tier!=canary")
+	cmd.Flags().StringVarP(&scope.namespace, "namespace", "n", "default", "namespace of fleetjobs, taskgroups and tasks")
+	cmd.Flags().BoolVarP(&scope.all, "all-namespaces", "A", false, "list fleetjobs, taskgroups or tasks in every namespace")
 	return cmd
 }
 

@@ -158,11 +158,15 @@ func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.Node
 }
 
 func newDescribeCommand(g *globalOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "describe nodeupgradejob|imageprepulljob NAME",
-		Short: "Show a node job with every node's detail, merged from its NodeTaskSlices",
+	var namespace string
+	cmd := &cobra.Command{
+		Use:   "describe nodeupgradejob|imageprepulljob|task NAME",
+		Short: "Show a node job with every node's detail, or a task with its attempts and output",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if batchKinds[strings.ToLower(args[0])] == "Task" {
+				return describeTaskCommand(cmd, g, namespace, args[1])
+			}
 			k, ok := findJobKind(args[0])
 			if !ok {
 				return fmt.Errorf("unknown kind %q: want nodeupgradejob or imageprepulljob", args[0])
@@ -178,6 +182,8 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 			return describeJob(cmd.Context(), cmd.OutOrStdout(), c, j, time.Now())
 		},
 	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "namespace of a task")
+	return cmd
 }
 
 func newWatchCommand(g *globalOptions) *cobra.Command {

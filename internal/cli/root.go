@@ -56,6 +56,7 @@ func NewRootCommand() *cobra.Command {
 		newGetCommand(g),
 		newDescribeCommand(g),
 		newWatchCommand(g),
+		newLogsCommand(g),
 		newConfirmCommand(g),
 		newAbortCommand(g),
 		newTokenCommand(g),

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,7 @@ import (
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
 )
 
 // Options configure a Hub. Zero values are replaced by the documented defaults.
@@ -55,6 +58,9 @@ type Options struct {
 	Work WorkSource
 	// Status receives what agents report about their work. Default: discard.
 	Status StatusSink
+	// TaskLogs finds where a task's logs are, for the Operator service's
+	// TaskLogs. Default: none (the call is Unimplemented).
+	TaskLogs LogTarget
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// Logger for operators; nothing is logged per heartbeat at info. Default: discard.
@@ -170,6 +176,7 @@ const recvLimit = 2 * protocol.MaxEnvelopeBytes
 // Hub serves agents. Create it with New and run it with Start.
 type Hub struct {
 	agentv1.UnimplementedAgentHubServer
+	operatorv1.UnimplementedOperatorServer
 
 	opts    Options
 	log     *slog.Logger
@@ -183,6 +190,15 @@ type Hub struct {
 	ready chan struct{} // closed once listening
 	addr  net.Addr
 	ca    *pki.CA
+
+	// kubeCAs are the kube-apiserver's client CAs, and clientCAs the pool of
+	// them and Drover's CA that client certificates are verified against.
+	kubeCAs   atomic.Pointer[[]*x509.Certificate]
+	clientCAs atomic.Pointer[x509.CertPool]
+
+	// logMu guards logReqs: TaskLogs calls waiting for chunks, by request id.
+	logMu   sync.Mutex
+	logReqs map[string]*logRequest
 }
 
 // New validates opts and returns a Hub that is not running yet.
@@ -197,6 +213,7 @@ func New(opts Options) (*Hub, error) {
 		live:     liveness.New(liveness.Options{OfflineTimeout: opts.OfflineTimeout, RefreshInterval: opts.HeartbeatRefresh}),
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
+		logReqs:  map[string]*logRequest{},
 	}, nil
 }
 
@@ -226,6 +243,8 @@ func (h *Hub) Start(ctx context.Context) error {
 		return err
 	}
 	h.ca = ca
+	h.clientCAs.Store(ca.Pool())
+	h.loadKubeClientCA(ctx)
 	certPEM, keyPEM, err := ca.IssueServing("drover-hub-"+h.opts.Name, h.opts.ServingHosts, h.opts.Now(), 365*24*time.Hour)
 	if err != nil {
 		return err
@@ -239,14 +258,24 @@ func (h *Hub) Start(ctx context.Context) error {
 		return fmt.Errorf("hub listen on %s: %w", h.opts.ListenAddress, err)
 	}
 	h.addr = lis.Addr()
+	base := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		// Register comes without a client certificate; every other call
+		// checks one. Agents present certificates from Drover's CA,
+		// operators from the kube-apiserver's client CA (or a token): each
+		// call checks which root it needs (nodeFromPeer, authenticate).
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  h.clientCAs.Load(),
+		MinVersion: tls.VersionTLS13,
+	}
+	tlsConfig := base.Clone()
+	tlsConfig.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c := base.Clone()
+		c.ClientCAs = h.clientCAs.Load()
+		return c, nil
+	}
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(&tls.Config{
-			Certificates: []tls.Certificate{cert},
-			// Register comes without a client certificate; every other call checks one.
-			ClientAuth: tls.VerifyClientCertIfGiven,
-			ClientCAs:  ca.Pool(),
-			MinVersion: tls.VersionTLS13,
-		})),
+		grpc.Creds(credentials.NewTLS(tlsConfig)),
 		// Decode up to twice the protocol's limit, so that SendMessage can
 		// refuse a slightly oversized envelope with InvalidArgument and a
 		// reason (an agent drops what it gets InvalidArgument for instead of
@@ -266,6 +295,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		grpc.WriteBufferSize(8<<10),
 	)
 	agentv1.RegisterAgentHubServer(srv, h)
+	operatorv1.RegisterOperatorServer(srv, h)
 	close(h.ready)
 	h.log.Info("hub serving agents", "address", h.addr.String())
 
@@ -279,6 +309,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	g.Go(func() error { return h.runLease(ctx) })
 	g.Go(func() error { return h.runLiveness(ctx) })
 	g.Go(func() error { return h.watchNodes(ctx) })
+	g.Go(func() error { return h.refreshKubeClientCA(ctx) })
 	g.Go(func() error {
 		<-ctx.Done()
 		h.closeAllSessions()

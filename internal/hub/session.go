@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -112,6 +113,25 @@ func (s *session) next(floor uint64, build func(rev uint64) *agentv1.Envelope) (
 	return env, nil
 }
 
+// send queues env, which carries no revision and is not acked (a log
+// request), without tracking it as pending.
+func (s *session) send(env *agentv1.Envelope) error {
+	if err := protocol.Validate(env); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason != "" {
+		return fmt.Errorf("stream closed: %s", s.reason)
+	}
+	select {
+	case s.out <- env:
+		return nil
+	default:
+		return errors.New("the node's send queue is full; try again")
+	}
+}
+
 // withRecentLocked is items as changed by the Dispatch and Cancel envelopes
 // queued after revision mark; items itself is not changed. s.mu is held.
 func (s *session) withRecentLocked(items []*agentv1.WorkItem, mark uint64) []*agentv1.WorkItem {
@@ -189,16 +209,28 @@ func (s *session) firstSeen(id string) bool {
 }
 
 // nodeFromPeer returns the node named by the verified client certificate.
-func nodeFromPeer(ctx context.Context) (string, error) {
+// Only chains rooted at Drover's CA count: the listener also accepts
+// certificates from the kube-apiserver's client CA, for operators, and
+// whoever can get one of those signed must not pass for a node.
+func (h *Hub) nodeFromPeer(ctx context.Context) (string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return "", status.Error(codes.Unauthenticated, "no peer information")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+	var chain []*x509.Certificate
+	if ok {
+		for _, c := range ti.State.VerifiedChains {
+			if h.rootedAtDrover(c) {
+				chain = c
+				break
+			}
+		}
+	}
+	if len(chain) == 0 {
 		return "", status.Error(codes.Unauthenticated, "a node client certificate signed by Drover's CA is required; register with a bootstrap token first")
 	}
-	cert := ti.State.VerifiedChains[0][0]
+	cert := chain[0]
 	isNode := false
 	for _, o := range cert.Subject.Organization {
 		isNode = isNode || o == "drover:nodes"
@@ -212,7 +244,7 @@ func nodeFromPeer(ctx context.Context) (string, error) {
 // GetMessage implements AgentHub: the hub->agent stream.
 func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStreamingServer[agentv1.Envelope]) error {
 	ctx := stream.Context()
-	node, err := nodeFromPeer(ctx)
+	node, err := h.nodeFromPeer(ctx)
 	if err != nil {
 		return err
 	}
@@ -397,7 +429,7 @@ func (h *Hub) Pending(node string) int {
 
 // SendMessage implements AgentHub: one agent->hub envelope.
 func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
-	node, err := nodeFromPeer(ctx)
+	node, err := h.nodeFromPeer(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -428,6 +460,11 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 	if env.GetKind() == agentv1.Kind_KIND_HEARTBEAT {
 		h.metrics.received.WithLabelValues(kind).Inc()
 		return &agentv1.SendResponse{}, nil
+	}
+	// Log chunks are not state: neither remembered nor ordered by revision.
+	if c := env.GetLogChunk(); c != nil {
+		h.metrics.received.WithLabelValues(kind).Inc()
+		return h.deliverLog(ctx, node, c)
 	}
 	if !s.firstSeen(env.GetId()) {
 		h.metrics.duplicates.Inc()

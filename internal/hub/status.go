@@ -140,7 +140,8 @@ func (h *Hub) renewLease(ctx context.Context) error {
 	err := h.opts.APIReader.Get(ctx, key, &l)
 	if apierrors.IsNotFound(err) {
 		l = coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{"fleet.drover.io/component": "hub"}},
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{"fleet.drover.io/component": "hub"},
+				Annotations: map[string]string{AnnotationHubAddress: h.advertisedAddress()}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(h.opts.Name),
 				LeaseDurationSeconds: ptr.To(int32(h.opts.LeaseDuration / time.Second)),
@@ -154,6 +155,12 @@ func (h *Hub) renewLease(ctx context.Context) error {
 		return err
 	}
 	l.Spec.RenewTime = &now
+	if a := h.advertisedAddress(); a != "" && l.Annotations[AnnotationHubAddress] != a {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[AnnotationHubAddress] = a
+	}
 	l.Spec.HolderIdentity = ptr.To(h.opts.Name)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.opts.LeaseDuration / time.Second))
 	return h.opts.Client.Update(ctx, &l)

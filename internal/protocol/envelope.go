@@ -25,6 +25,10 @@ func KindOf(e *agentv1.Envelope) agentv1.Kind {
 		return agentv1.Kind_KIND_STATUS
 	case *agentv1.Envelope_NodeConfiguration:
 		return agentv1.Kind_KIND_NODE_CONFIGURATION
+	case *agentv1.Envelope_LogRequest:
+		return agentv1.Kind_KIND_LOG_REQUEST
+	case *agentv1.Envelope_LogChunk:
+		return agentv1.Kind_KIND_LOG_CHUNK
 	default:
 		return agentv1.Kind_KIND_UNSPECIFIED
 	}
@@ -51,6 +55,10 @@ func payloadName(k agentv1.Kind) string {
 		return "status"
 	case agentv1.Kind_KIND_NODE_CONFIGURATION:
 		return "node_configuration"
+	case agentv1.Kind_KIND_LOG_REQUEST:
+		return "log_request"
+	case agentv1.Kind_KIND_LOG_CHUNK:
+		return "log_chunk"
 	default:
 		return "none"
 	}
@@ -112,6 +120,17 @@ func NewNodeConfiguration(node string, cfg *agentv1.NodeConfiguration) *agentv1.
 		cfg = &agentv1.NodeConfiguration{}
 	}
 	return seal(&agentv1.Envelope{Node: node, Payload: &agentv1.Envelope_NodeConfiguration{NodeConfiguration: cfg}})
+}
+
+// NewLogRequest asks node's agent for a work item's log. It carries no
+// revision: log requests are not state.
+func NewLogRequest(node string, req *agentv1.LogRequest) *agentv1.Envelope {
+	return seal(&agentv1.Envelope{Node: node, Payload: &agentv1.Envelope_LogRequest{LogRequest: req}})
+}
+
+// NewLogChunk builds part of the answer to a LogRequest.
+func NewLogChunk(node string, c *agentv1.LogChunk) *agentv1.Envelope {
+	return seal(&agentv1.Envelope{Node: node, Payload: &agentv1.Envelope_LogChunk{LogChunk: c}})
 }
 
 // seal gives e a fresh id and the kind its payload implies.

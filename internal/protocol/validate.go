@@ -35,6 +35,14 @@ const (
 	MaxTextBytes = 1024
 	// MaxMessageBytes bounds a WorkStatus message, which may quote output.
 	MaxMessageBytes = 16 << 10
+	// MaxLogChunkBytes bounds the data of a LogChunk.
+	MaxLogChunkBytes = 64 << 10
+)
+
+// Log streams a LogRequest may name.
+const (
+	LogStdout = "stdout"
+	LogStderr = "stderr"
 )
 
 // ErrMalformed is wrapped by every error that Validate and Decode return for a
@@ -157,6 +165,42 @@ func validate(e *agentv1.Envelope) string {
 			return "payload node_state is nil"
 		}
 		return checkNodeState(p.NodeState)
+	case *agentv1.Envelope_LogRequest:
+		if p.LogRequest == nil {
+			return "payload log_request is nil"
+		}
+		return checkLogRequest(p.LogRequest)
+	case *agentv1.Envelope_LogChunk:
+		if p.LogChunk == nil {
+			return "payload log_chunk is nil"
+		}
+		return checkLogChunk(p.LogChunk)
+	}
+	return ""
+}
+
+func checkLogRequest(r *agentv1.LogRequest) string {
+	if c := checkID(r.GetRequestId()); c != "" {
+		return "log_request.request_id " + c
+	}
+	if c := checkID(r.GetUid()); c != "" {
+		return "log_request.uid " + c
+	}
+	if s := r.GetStream(); s != LogStdout && s != LogStderr {
+		return fmt.Sprintf("log_request.stream %q is not %s or %s", clip(s), LogStdout, LogStderr)
+	}
+	return ""
+}
+
+func checkLogChunk(c *agentv1.LogChunk) string {
+	if r := checkID(c.GetRequestId()); r != "" {
+		return "log_chunk.request_id " + r
+	}
+	if n := len(c.GetData()); n > MaxLogChunkBytes {
+		return fmt.Sprintf("log_chunk.data is %d bytes, more than %d", n, MaxLogChunkBytes)
+	}
+	if r := checkText(c.GetError(), MaxTextBytes); r != "" {
+		return "log_chunk.error " + r
 	}
 	return ""
 }

@@ -33,6 +33,9 @@ func valid() map[string]*agentv1.Envelope {
 			},
 			[]*agentv1.WorkStatus{{Uid: "u1", Phase: "Succeeded"}, {Uid: "u2"}}),
 		"node state without info": NewNodeState("n", 1, nil, nil),
+		"log request":             NewLogRequest("node-1", &agentv1.LogRequest{RequestId: "r1", Uid: "task-u-1", Stream: LogStdout, Follow: true, TailBytes: 100}),
+		"log chunk":               NewLogChunk("node-1", &agentv1.LogChunk{RequestId: "r1", Data: []byte("hello\n")}),
+		"last log chunk":          NewLogChunk("node-1", &agentv1.LogChunk{RequestId: "r1", Eof: true}),
 	}
 	for name, e := range envs {
 		e.Id = "id-" + strings.ReplaceAll(name, " ", "-")
@@ -140,6 +143,11 @@ func TestValidateRejects(t *testing.T) {
 		{"a huge hostname", "node state", func(e *agentv1.Envelope) { e.GetNodeState().Info.Hostname = long(1025) }, "node_state.info.hostname is 1025 bytes"},
 		{"a nil work status", "node state", func(e *agentv1.Envelope) { e.GetNodeState().Work[0] = nil }, "node_state.work[0] is nil"},
 		{"a repeated work status", "node state", func(e *agentv1.Envelope) { e.GetNodeState().Work[1].Uid = "u1" }, `node_state.work[1] uid "u1" repeats work[0]`},
+		{"a log request without id", "log request", func(e *agentv1.Envelope) { e.GetLogRequest().RequestId = "" }, "log_request.request_id is empty"},
+		{"a log request without uid", "log request", func(e *agentv1.Envelope) { e.GetLogRequest().Uid = "" }, "log_request.uid is empty"},
+		{"a log request for another file", "log request", func(e *agentv1.Envelope) { e.GetLogRequest().Stream = "../agent.db" }, `log_request.stream "../agent.db" is not stdout or stderr`},
+		{"a log chunk over 64 KiB", "log chunk", func(e *agentv1.Envelope) { e.GetLogChunk().Data = make([]byte, 64<<10+1) }, "log_chunk.data is 65537 bytes, more than 65536"},
+		{"a log chunk without request", "log chunk", func(e *agentv1.Envelope) { e.GetLogChunk().RequestId = "" }, "log_chunk.request_id is empty"},
 		{"a huge hub address", "node configuration", func(e *agentv1.Envelope) { e.GetNodeConfiguration().Hub = long(1025) }, "node_configuration.hub is 1025 bytes"},
 	}
 	for _, tt := range tests {

@@ -38,21 +38,25 @@ const (
 	Kind_KIND_CANCEL             Kind = 7
 	Kind_KIND_STATUS             Kind = 8
 	Kind_KIND_NODE_CONFIGURATION Kind = 9
+	Kind_KIND_LOG_REQUEST        Kind = 10
+	Kind_KIND_LOG_CHUNK          Kind = 11
 )
 
 // Enum value maps for Kind.
 var (
 	Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "KIND_HEARTBEAT",
-		2: "KIND_NODE_STATE",
-		3: "KIND_ACK",
-		4: "KIND_FULL_SYNC_REQUEST",
-		5: "KIND_SNAPSHOT",
-		6: "KIND_DISPATCH",
-		7: "KIND_CANCEL",
-		8: "KIND_STATUS",
-		9: "KIND_NODE_CONFIGURATION",
+		0:  "KIND_UNSPECIFIED",
+		1:  "KIND_HEARTBEAT",
+		2:  "KIND_NODE_STATE",
+		3:  "KIND_ACK",
+		4:  "KIND_FULL_SYNC_REQUEST",
+		5:  "KIND_SNAPSHOT",
+		6:  "KIND_DISPATCH",
+		7:  "KIND_CANCEL",
+		8:  "KIND_STATUS",
+		9:  "KIND_NODE_CONFIGURATION",
+		10: "KIND_LOG_REQUEST",
+		11: "KIND_LOG_CHUNK",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":        0,
@@ -65,6 +69,8 @@ var (
 		"KIND_CANCEL":             7,
 		"KIND_STATUS":             8,
 		"KIND_NODE_CONFIGURATION": 9,
+		"KIND_LOG_REQUEST":        10,
+		"KIND_LOG_CHUNK":          11,
 	}
 )
 
@@ -167,6 +173,8 @@ type Envelope struct {
 	//	*Envelope_Cancel
 	//	*Envelope_Status
 	//	*Envelope_NodeConfiguration
+	//	*Envelope_LogRequest
+	//	*Envelope_LogChunk
 	Payload       isEnvelope_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -325,6 +333,24 @@ func (x *Envelope) GetNodeConfiguration() *NodeConfiguration {
 	return nil
 }
 
+func (x *Envelope) GetLogRequest() *LogRequest {
+	if x != nil {
+		if x, ok := x.Payload.(*Envelope_LogRequest); ok {
+			return x.LogRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetLogChunk() *LogChunk {
+	if x != nil {
+		if x, ok := x.Payload.(*Envelope_LogChunk); ok {
+			return x.LogChunk
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Payload interface {
 	isEnvelope_Payload()
 }
@@ -365,6 +391,14 @@ type Envelope_NodeConfiguration struct {
 	NodeConfiguration *NodeConfiguration `protobuf:"bytes,18,opt,name=node_configuration,json=nodeConfiguration,proto3,oneof"`
 }
 
+type Envelope_LogRequest struct {
+	LogRequest *LogRequest `protobuf:"bytes,19,opt,name=log_request,json=logRequest,proto3,oneof"`
+}
+
+type Envelope_LogChunk struct {
+	LogChunk *LogChunk `protobuf:"bytes,20,opt,name=log_chunk,json=logChunk,proto3,oneof"`
+}
+
 func (*Envelope_Heartbeat) isEnvelope_Payload() {}
 
 func (*Envelope_NodeState) isEnvelope_Payload() {}
@@ -382,6 +416,10 @@ func (*Envelope_Cancel) isEnvelope_Payload() {}
 func (*Envelope_Status) isEnvelope_Payload() {}
 
 func (*Envelope_NodeConfiguration) isEnvelope_Payload() {}
+
+func (*Envelope_LogRequest) isEnvelope_Payload() {}
+
+func (*Envelope_LogChunk) isEnvelope_Payload() {}
 
 type RegisterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1262,11 +1300,169 @@ func (x *NodeConfiguration) GetHub() string {
 	return ""
 }
 
+// LogRequest asks the agent to stream one log file of a work item (a task
+// attempt's stdout or stderr) back as LogChunks with the same request_id.
+// It is not revisioned, not acked and not part of snapshots: a request lost
+// with its stream is simply made again.
+type LogRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// uid is the work item's uid (for tasks, the attempt's work id).
+	Uid string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// stream is "stdout" or "stderr".
+	Stream string `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	// follow keeps streaming what is appended until the item has ended and
+	// its file is drained.
+	Follow bool `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	// tail_bytes starts that many bytes before the end; 0 starts at the
+	// beginning of the oldest file kept.
+	TailBytes     uint64 `protobuf:"varint,5,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogRequest) Reset() {
+	*x = LogRequest{}
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogRequest) ProtoMessage() {}
+
+func (x *LogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogRequest.ProtoReflect.Descriptor instead.
+func (*LogRequest) Descriptor() ([]byte, []int) {
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LogRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *LogRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *LogRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *LogRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *LogRequest) GetTailBytes() uint64 {
+	if x != nil {
+		return x.TailBytes
+	}
+	return 0
+}
+
+// LogChunk carries part of a requested log, in order. The last chunk has eof
+// set, or error when the log cannot be read. The hub answers a chunk whose
+// request is gone with an error; the agent then stops.
+type LogChunk struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// data is at most 64 KiB.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Eof           bool   `protobuf:"varint,3,opt,name=eof,proto3" json:"eof,omitempty"`
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogChunk) Reset() {
+	*x = LogChunk{}
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogChunk) ProtoMessage() {}
+
+func (x *LogChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
+func (*LogChunk) Descriptor() ([]byte, []int) {
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LogChunk) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *LogChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *LogChunk) GetEof() bool {
+	if x != nil {
+		return x.Eof
+	}
+	return false
+}
+
+func (x *LogChunk) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_drover_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1bdrover/agent/v1/agent.proto\x12\x0fdrover.agent.v1\"\xb7\x05\n" +
+	"\x1bdrover/agent/v1/agent.proto\x12\x0fdrover.agent.v1\"\xb1\x06\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1a\n" +
@@ -1283,7 +1479,10 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\bdispatch\x18\x0f \x01(\v2\x19.drover.agent.v1.DispatchH\x00R\bdispatch\x121\n" +
 	"\x06cancel\x18\x10 \x01(\v2\x17.drover.agent.v1.CancelH\x00R\x06cancel\x121\n" +
 	"\x06status\x18\x11 \x01(\v2\x17.drover.agent.v1.StatusH\x00R\x06status\x12S\n" +
-	"\x12node_configuration\x18\x12 \x01(\v2\".drover.agent.v1.NodeConfigurationH\x00R\x11nodeConfigurationB\t\n" +
+	"\x12node_configuration\x18\x12 \x01(\v2\".drover.agent.v1.NodeConfigurationH\x00R\x11nodeConfiguration\x12>\n" +
+	"\vlog_request\x18\x13 \x01(\v2\x1b.drover.agent.v1.LogRequestH\x00R\n" +
+	"logRequest\x128\n" +
+	"\tlog_chunk\x18\x14 \x01(\v2\x19.drover.agent.v1.LogChunkH\x00R\blogChunkB\t\n" +
 	"\apayload\"\x8f\x01\n" +
 	"\x0fRegisterRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12'\n" +
@@ -1347,7 +1546,22 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\x04work\x18\x02 \x03(\v2\x1b.drover.agent.v1.WorkStatusR\x04work\"R\n" +
 	"\x11NodeConfiguration\x12+\n" +
 	"\x11heartbeat_seconds\x18\x01 \x01(\rR\x10heartbeatSeconds\x12\x10\n" +
-	"\x03hub\x18\x02 \x01(\tR\x03hub*\xd4\x01\n" +
+	"\x03hub\x18\x02 \x01(\tR\x03hub\"\x8c\x01\n" +
+	"\n" +
+	"LogRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06follow\x18\x04 \x01(\bR\x06follow\x12\x1d\n" +
+	"\n" +
+	"tail_bytes\x18\x05 \x01(\x04R\ttailBytes\"e\n" +
+	"\bLogChunk\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
+	"\x03eof\x18\x03 \x01(\bR\x03eof\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error*\xfe\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_HEARTBEAT\x10\x01\x12\x13\n" +
@@ -1358,7 +1572,10 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\rKIND_DISPATCH\x10\x06\x12\x0f\n" +
 	"\vKIND_CANCEL\x10\a\x12\x0f\n" +
 	"\vKIND_STATUS\x10\b\x12\x1b\n" +
-	"\x17KIND_NODE_CONFIGURATION\x10\t2\xf3\x01\n" +
+	"\x17KIND_NODE_CONFIGURATION\x10\t\x12\x14\n" +
+	"\x10KIND_LOG_REQUEST\x10\n" +
+	"\x12\x12\n" +
+	"\x0eKIND_LOG_CHUNK\x10\v2\xf3\x01\n" +
 	"\bAgentHub\x12O\n" +
 	"\bRegister\x12 .drover.agent.v1.RegisterRequest\x1a!.drover.agent.v1.RegisterResponse\x12G\n" +
 	"\vSendMessage\x12\x19.drover.agent.v1.Envelope\x1a\x1d.drover.agent.v1.SendResponse\x12M\n" +
@@ -1378,7 +1595,7 @@ func file_drover_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_drover_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_drover_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_drover_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_drover_agent_v1_agent_proto_goTypes = []any{
 	(Kind)(0),                    // 0: drover.agent.v1.Kind
 	(RegisterResponse_Result)(0), // 1: drover.agent.v1.RegisterResponse.Result
@@ -1399,8 +1616,10 @@ var file_drover_agent_v1_agent_proto_goTypes = []any{
 	(*Status)(nil),               // 16: drover.agent.v1.Status
 	(*NodeState)(nil),            // 17: drover.agent.v1.NodeState
 	(*NodeConfiguration)(nil),    // 18: drover.agent.v1.NodeConfiguration
-	nil,                          // 19: drover.agent.v1.NodeInfo.LabelsEntry
-	nil,                          // 20: drover.agent.v1.NodeInfo.CapacityEntry
+	(*LogRequest)(nil),           // 19: drover.agent.v1.LogRequest
+	(*LogChunk)(nil),             // 20: drover.agent.v1.LogChunk
+	nil,                          // 21: drover.agent.v1.NodeInfo.LabelsEntry
+	nil,                          // 22: drover.agent.v1.NodeInfo.CapacityEntry
 }
 var file_drover_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: drover.agent.v1.Envelope.kind:type_name -> drover.agent.v1.Kind
@@ -1413,27 +1632,29 @@ var file_drover_agent_v1_agent_proto_depIdxs = []int32{
 	14, // 7: drover.agent.v1.Envelope.cancel:type_name -> drover.agent.v1.Cancel
 	16, // 8: drover.agent.v1.Envelope.status:type_name -> drover.agent.v1.Status
 	18, // 9: drover.agent.v1.Envelope.node_configuration:type_name -> drover.agent.v1.NodeConfiguration
-	5,  // 10: drover.agent.v1.RegisterRequest.info:type_name -> drover.agent.v1.NodeInfo
-	1,  // 11: drover.agent.v1.RegisterResponse.result:type_name -> drover.agent.v1.RegisterResponse.Result
-	19, // 12: drover.agent.v1.NodeInfo.labels:type_name -> drover.agent.v1.NodeInfo.LabelsEntry
-	20, // 13: drover.agent.v1.NodeInfo.capacity:type_name -> drover.agent.v1.NodeInfo.CapacityEntry
-	5,  // 14: drover.agent.v1.GetMessageRequest.info:type_name -> drover.agent.v1.NodeInfo
-	11, // 15: drover.agent.v1.Snapshot.items:type_name -> drover.agent.v1.WorkItem
-	11, // 16: drover.agent.v1.Dispatch.item:type_name -> drover.agent.v1.WorkItem
-	15, // 17: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
-	5,  // 18: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
-	15, // 19: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
-	3,  // 20: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
-	2,  // 21: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
-	6,  // 22: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
-	4,  // 23: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
-	7,  // 24: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
-	2,  // 25: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	19, // 10: drover.agent.v1.Envelope.log_request:type_name -> drover.agent.v1.LogRequest
+	20, // 11: drover.agent.v1.Envelope.log_chunk:type_name -> drover.agent.v1.LogChunk
+	5,  // 12: drover.agent.v1.RegisterRequest.info:type_name -> drover.agent.v1.NodeInfo
+	1,  // 13: drover.agent.v1.RegisterResponse.result:type_name -> drover.agent.v1.RegisterResponse.Result
+	21, // 14: drover.agent.v1.NodeInfo.labels:type_name -> drover.agent.v1.NodeInfo.LabelsEntry
+	22, // 15: drover.agent.v1.NodeInfo.capacity:type_name -> drover.agent.v1.NodeInfo.CapacityEntry
+	5,  // 16: drover.agent.v1.GetMessageRequest.info:type_name -> drover.agent.v1.NodeInfo
+	11, // 17: drover.agent.v1.Snapshot.items:type_name -> drover.agent.v1.WorkItem
+	11, // 18: drover.agent.v1.Dispatch.item:type_name -> drover.agent.v1.WorkItem
+	15, // 19: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
+	5,  // 20: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
+	15, // 21: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
+	3,  // 22: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
+	2,  // 23: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
+	6,  // 24: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
+	4,  // 25: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
+	7,  // 26: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
+	2,  // 27: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
+	25, // [25:28] is the sub-list for method output_type
+	22, // [22:25] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_drover_agent_v1_agent_proto_init() }
@@ -1451,6 +1672,8 @@ func file_drover_agent_v1_agent_proto_init() {
 		(*Envelope_Cancel)(nil),
 		(*Envelope_Status)(nil),
 		(*Envelope_NodeConfiguration)(nil),
+		(*Envelope_LogRequest)(nil),
+		(*Envelope_LogChunk)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1458,7 +1681,7 @@ func file_drover_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_drover_agent_v1_agent_proto_rawDesc), len(file_drover_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// Task logs. A task attempt's output is in
+//
+//	<state dir>/tasks/<work id>/stdout.log and stderr.log
+//
+// and rotation renames a full file to <stream>.log.1 (one old file kept)
+// and starts a new one. A LogRequest from the hub streams one of them back
+// in LogChunks over SendMessage, one call per chunk, so the hub's answer
+// paces the agent: a slow reader slows the reading here, and a hub that
+// answers with an error (the request is over) stops it.
+
+const (
+	// logPoll is how often a followed log is checked for more output.
+	logPoll = 200 * time.Millisecond
+	// logFollowLimit bounds one log request, followed or not.
+	logFollowLimit = 12 * time.Hour
+)
+
+// logUIDRE is what a work id must look like to name a log directory: no
+// separators, no dots, so it cannot climb out of <state dir>/tasks.
+var logUIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// logError is a reason to tell the requester, as the stream's last chunk.
+type logError struct{ msg string }
+
+func (e *logError) Error() string { return e.msg }
+
+// serveLogs answers one LogRequest. It runs on its own goroutine, for as
+// long as the request lasts: the stream to the hub (ctx) bounds it.
+func (a *Agent) serveLogs(ctx context.Context, client agentv1.AgentHubClient, req *agentv1.LogRequest) {
+	ctx, cancel := context.WithTimeout(ctx, logFollowLimit)
+	defer cancel()
+	send := func(c *agentv1.LogChunk) error {
+		c.RequestId = req.GetRequestId()
+		_, err := a.call(ctx, client, protocol.NewLogChunk(a.opts.Node, c))
+		return err
+	}
+	err := a.streamLog(ctx, req, send)
+	var le *logError
+	switch {
+	case err == nil:
+	case errors.As(err, &le):
+		if err := send(&agentv1.LogChunk{Error: le.msg}); err != nil {
+			a.log.Debug("log request: could not send the error", "request", req.GetRequestId(), "err", err)
+		}
+	default:
+		// The hub ended the request (the reader left) or the stream broke.
+		a.log.Debug("log request ended", "request", req.GetRequestId(), "uid", req.GetUid(), "err", err)
+	}
+}
+
+// streamLog sends the requested file's content as chunks, then a last
+// chunk with eof.
+func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send func(*agentv1.LogChunk) error) error {
+	uid, stream := req.GetUid(), req.GetStream()
+	if !logUIDRE.MatchString(uid) || (stream != protocol.LogStdout && stream != protocol.LogStderr) {
+		return &logError{fmt.Sprintf("no log %q of work %q: not a task's log", stream, uid)}
+	}
+	cur := filepath.Join(a.opts.StateDir, "tasks", uid, stream+".log")
+	old := cur + ".1"
+
+	// ended reports whether the item will write no more: it ended, or the
+	// agent does not hold it (any more).
+	ended := func() (bool, error) {
+		w, ok, err := a.db.Work(ctx, uid)
+		if err != nil {
+			return false, err
+		}
+		return !ok || terminal(w.Phase), nil
+	}
+
+	f, err := os.Open(cur)
+	for errors.Is(err, os.ErrNotExist) {
+		_, known, derr := a.db.Work(ctx, uid)
+		if derr != nil {
+			return derr
+		}
+		if !known {
+			return &logError{fmt.Sprintf("work %s is not on this node (or its logs were removed)", uid)}
+		}
+		done, derr := ended()
+		if derr != nil {
+			return derr
+		}
+		if !req.GetFollow() || done {
+			// It has not written anything (yet): an empty log.
+			return send(&agentv1.LogChunk{Eof: true})
+		}
+		if err := sleep(ctx, logPoll); err != nil {
+			return err
+		}
+		f, err = os.Open(cur)
+	}
+	if err != nil {
+		return &logError{fmt.Sprintf("open %s log of %s: %v", stream, uid, err)}
+	}
+	defer func() { f.Close() }()
+
+	// Where to start: the whole of the rotated file first, or tail_bytes
+	// before the end across both files.
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	var fromOld int64 = -1 // offset in the old file to send from; -1: none
+	tail := int64(req.GetTailBytes())
+	switch {
+	case tail == 0:
+		fromOld = 0
+	case tail <= st.Size():
+		if _, err := f.Seek(st.Size()-tail, io.SeekStart); err != nil {
+			return err
+		}
+	default:
+		if ost, err := os.Stat(old); err == nil {
+			fromOld = max(0, ost.Size()-(tail-st.Size()))
+		}
+	}
+	buf := make([]byte, protocol.MaxLogChunkBytes)
+	if fromOld >= 0 {
+		if err := sendOld(old, fromOld, buf, send); err != nil {
+			return err
+		}
+	}
+
+	finalSeen := false
+	for {
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			if err := send(&agentv1.LogChunk{Data: buf[:n]}); err != nil {
+				return err
+			}
+			continue
+		}
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return &logError{fmt.Sprintf("read %s log of %s: %v", stream, uid, rerr)}
+		}
+		if !req.GetFollow() {
+			return send(&agentv1.LogChunk{Eof: true})
+		}
+		// At the end of the file we hold. If it was rotated, what we hold
+		// is now the .1 file, drained: go on with the new one.
+		if nst, err := os.Stat(cur); err == nil {
+			if ost, err := f.Stat(); err == nil && !os.SameFile(nst, ost) {
+				nf, err := os.Open(cur)
+				if err == nil {
+					f.Close()
+					f = nf
+					continue
+				}
+			}
+		}
+		if finalSeen {
+			return send(&agentv1.LogChunk{Eof: true})
+		}
+		// Seen ended before one more read: what it wrote before ending is
+		// then read before eof.
+		if finalSeen, err = ended(); err != nil {
+			return err
+		}
+		if finalSeen {
+			continue
+		}
+		if err := sleep(ctx, logPoll); err != nil {
+			return err
+		}
+	}
+}
+
+// sendOld sends the rotated file from offset; a missing one is no error.
+func sendOld(path string, offset int64, buf []byte, send func(*agentv1.LogChunk) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return err
+	}
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if err := send(&agentv1.LogChunk{Data: buf[:n]}); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/task/tasklogs"
+)
+
+func newLogsCommand(g *globalOptions) *cobra.Command {
+	var (
+		o        tasklogs.Options
+		tail     int64
+		caFile   string
+		droverNS string
+	)
+	cmd := &cobra.Command{
+		Use:   "logs TASK",
+		Short: "Print (or follow) the output of a task's current attempt, from its node",
+		Long: `Print the stdout (or stderr) of a task's current attempt. The log stays on
+the node; the hub serving the node streams it. You need get on tasks/log in
+the task's namespace; the hub checks your kubeconfig's credentials (client
+certificate or token) as the kube-apiserver does.`,
+		Example: `  drover logs -n robots survey-3
+  drover logs -n robots survey-3 -f --stream stderr
+  drover logs survey-3 --tail 4096 --hub hub.example:7443`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Stream != protocol.LogStdout && o.Stream != protocol.LogStderr {
+				return fmt.Errorf("--stream %q: want stdout or stderr", o.Stream)
+			}
+			if tail < 0 {
+				return fmt.Errorf("--tail %d: want a number of bytes, or 0 for all", tail)
+			}
+			o.TailBytes = uint64(tail)
+			cfg, err := g.restConfig()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			o.Config, o.Client, o.DroverNamespace, o.Name = cfg, c, droverNS, args[0]
+			if o.CAPEM, err = droverCA(cmd, c, caFile, droverNS); err != nil {
+				return err
+			}
+			return tasklogs.Copy(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVarP(&o.Namespace, "namespace", "n", "default", "the task's namespace")
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep printing output until the attempt ends")
+	cmd.Flags().StringVar(&o.Stream, "stream", protocol.LogStdout, "stdout or stderr")
+	cmd.Flags().Int64Var(&tail, "tail", 0, "start this many bytes before the end (0: all that the node keeps)")
+	cmd.Flags().StringVar(&o.Hub, "hub", "", "hub host:port (default: the hub the task's node is connected to)")
+	cmd.Flags().StringVar(&caFile, "ca-file", "", "Drover's CA (PEM) to verify the hub (default: .drover/ca.crt, then the drover-ca Secret)")
+	cmd.Flags().StringVar(&droverNS, "drover-namespace", "drover-system", "Drover's namespace (hub Leases, CA)")
+	return cmd
+}
+
+// droverCA finds Drover's CA certificate: --ca-file, the local `drover
+// server` data dir, then the CA Secret (as `drover ca` reads it).
+func droverCA(cmd *cobra.Command, c client.Client, file, ns string) ([]byte, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		return b, nil
+	}
+	if b, err := os.ReadFile(filepath.Join(defaultDataDir, "ca.crt")); err == nil {
+		return b, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var s corev1.Secret
+	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: hub.CASecretName}, &s); err != nil {
+		return nil, fmt.Errorf("read Drover's CA (pass --ca-file with the output of `drover ca`): %w", err)
+	}
+	return s.Data[corev1.TLSCertKey], nil
+}

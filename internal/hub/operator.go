@@ -1,0 +1,380 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
+)
+
+// The operator-facing service (drover.operator.v1.Operator) shares the
+// agents' listener. Its callers are people and their tools, authenticated
+// the way an aggregated API server authenticates: a client certificate
+// signed by the kube-apiserver's client CA, or a bearer token checked with a
+// TokenReview; then authorized with a SubjectAccessReview.
+
+// LogTarget finds the node and agent work uid of the current attempt of
+// the task namespace/name. Errors that are gRPC statuses are passed on;
+// a NotFound API error becomes NotFound.
+type LogTarget func(ctx context.Context, namespace, name string) (node, uid string, err error)
+
+// Trailers a TaskLogs call that another hub must answer carries.
+const (
+	TrailerHub        = "drover-hub"
+	TrailerHubAddress = "drover-hub-address"
+)
+
+// AnnotationHubAddress on a hub's Lease is the address the hub listens on,
+// for tools (drover logs) that must reach the hub serving a node.
+const AnnotationHubAddress = "fleet.drover.io/hub-address"
+
+// kubeClientCA is where the kube-apiserver publishes its client CA for
+// aggregated API servers.
+const (
+	kubeAuthNamespace = "kube-system"
+	kubeAuthConfigMap = "extension-apiserver-authentication"
+	kubeClientCAKey   = "client-ca-file"
+)
+
+// logAnswerTimeout bounds the wait for an agent's first chunk: an agent
+// that does not know LogRequests ignores them.
+const logAnswerTimeout = 30 * time.Second
+
+// kubeCARefresh is how often the kube-apiserver's client CA is re-read.
+const kubeCARefresh = 5 * time.Minute
+
+// logStall bounds how long an agent's chunk waits for a slow reader: less
+// than the agent's call timeout, so that the hub, not the agent's timeout,
+// decides, and the reader learns why its stream ended.
+const logStall = 10 * time.Second
+
+// logRequest is one TaskLogs call waiting for its agent's chunks.
+type logRequest struct {
+	node string
+	ch   chan *agentv1.LogChunk
+	done chan struct{}
+	// stalled is closed when a chunk waited logStall for the reader.
+	stalled   chan struct{}
+	stallOnce sync.Once
+}
+
+// loadKubeClientCA reads the kube-apiserver's client CA. A hub that cannot
+// read it accepts only bearer tokens from operators.
+func (h *Hub) loadKubeClientCA(ctx context.Context) {
+	var cm corev1.ConfigMap
+	err := h.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: kubeAuthNamespace, Name: kubeAuthConfigMap}, &cm)
+	if err != nil {
+		h.log.Warn("cannot read the kube-apiserver's client CA; operators must use bearer tokens", "configmap", kubeAuthNamespace+"/"+kubeAuthConfigMap, "err", err)
+		return
+	}
+	var certs []*x509.Certificate
+	rest := []byte(cm.Data[kubeClientCAKey])
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+			certs = append(certs, c)
+		}
+	}
+	if len(certs) == 0 {
+		h.log.Warn("the kube-apiserver publishes no client CA; operators must use bearer tokens")
+	}
+	h.kubeCAs.Store(&certs)
+	pool := h.ca.Pool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	h.clientCAs.Store(pool)
+}
+
+// refreshKubeClientCA re-reads the client CA now and then, so a rotated one
+// is accepted without restarting the hub.
+func (h *Hub) refreshKubeClientCA(ctx context.Context) error {
+	t := time.NewTicker(kubeCARefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			h.loadKubeClientCA(ctx)
+		}
+	}
+}
+
+// fromKubeCA reports whether root is one of the kube-apiserver's client CAs.
+func (h *Hub) fromKubeCA(root *x509.Certificate) bool {
+	p := h.kubeCAs.Load()
+	if p == nil {
+		return false
+	}
+	for _, c := range *p {
+		if bytes.Equal(c.Raw, root.Raw) {
+			return true
+		}
+	}
+	return false
+}
+
+// rootedAtDrover reports whether chain ends at Drover's CA.
+func (h *Hub) rootedAtDrover(chain []*x509.Certificate) bool {
+	return len(chain) > 0 && h.ca != nil && bytes.Equal(chain[len(chain)-1].Raw, h.ca.Cert.Raw)
+}
+
+// user is an authenticated operator.
+type user struct {
+	name, uid string
+	groups    []string
+	extra     map[string]authzv1.ExtraValue
+}
+
+// authenticate finds who calls: a certificate from the kube-apiserver's
+// client CA first (as the kube-apiserver does), else a bearer token.
+func (h *Hub) authenticate(ctx context.Context) (*user, error) {
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			for _, chain := range ti.State.VerifiedChains {
+				if h.rootedAtDrover(chain) {
+					return nil, status.Error(codes.PermissionDenied, "a node certificate cannot call the operator API; use your kubeconfig's credentials")
+				}
+			}
+			for _, chain := range ti.State.VerifiedChains {
+				if len(chain) > 0 && h.fromKubeCA(chain[len(chain)-1]) {
+					c := chain[0]
+					return &user{name: c.Subject.CommonName, groups: append(c.Subject.Organization, "system:authenticated")}, nil
+				}
+			}
+		}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		tok, ok := strings.CutPrefix(v, "Bearer ")
+		if !ok || tok == "" {
+			continue
+		}
+		tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
+		if err := h.opts.Client.Create(ctx, tr); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
+		}
+		if !tr.Status.Authenticated {
+			msg := "the bearer token is not valid"
+			if tr.Status.Error != "" {
+				msg += ": " + tr.Status.Error
+			}
+			return nil, status.Error(codes.Unauthenticated, msg)
+		}
+		u := &user{name: tr.Status.User.Username, uid: tr.Status.User.UID, groups: tr.Status.User.Groups}
+		if len(tr.Status.User.Extra) > 0 {
+			u.extra = map[string]authzv1.ExtraValue{}
+			for k, v := range tr.Status.User.Extra {
+				u.extra[k] = authzv1.ExtraValue(v)
+			}
+		}
+		return u, nil
+	}
+	return nil, status.Error(codes.Unauthenticated, "present a client certificate signed by the kube-apiserver's client CA or a bearer token (your kubeconfig's credentials)")
+}
+
+// authorize asks the kube-apiserver whether u may get the log of the task.
+func (h *Hub) authorize(ctx context.Context, u *user, ns, name string) error {
+	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: u.name, UID: u.uid, Groups: u.groups, Extra: u.extra,
+		ResourceAttributes: &authzv1.ResourceAttributes{
+			Namespace: ns, Verb: "get", Group: "batch.drover.io", Resource: "tasks", Subresource: "log", Name: name,
+		},
+	}}
+	if err := h.opts.Client.Create(ctx, sar); err != nil {
+		return status.Errorf(codes.Unavailable, "check access with a SubjectAccessReview: %v", err)
+	}
+	if !sar.Status.Allowed {
+		msg := fmt.Sprintf("user %q cannot get tasks/log %s in namespace %q", u.name, name, ns)
+		if sar.Status.Reason != "" {
+			msg += ": " + sar.Status.Reason
+		}
+		return status.Error(codes.PermissionDenied, msg)
+	}
+	return nil
+}
+
+// TaskLogs implements operatorv1.OperatorServer.
+func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStreamingServer[agentv1.LogChunk]) error {
+	ctx := stream.Context()
+	u, err := h.authenticate(ctx)
+	if err != nil {
+		return err
+	}
+	if req.GetNamespace() == "" || req.GetName() == "" {
+		return status.Error(codes.InvalidArgument, "namespace and name of the task are required")
+	}
+	if err := h.authorize(ctx, u, req.GetNamespace(), req.GetName()); err != nil {
+		return err
+	}
+	if h.opts.TaskLogs == nil {
+		return status.Errorf(codes.Unimplemented, "hub %s serves no task logs", h.opts.Name)
+	}
+	stream_ := req.GetStream()
+	if stream_ == "" {
+		stream_ = protocol.LogStdout
+	}
+	if stream_ != protocol.LogStdout && stream_ != protocol.LogStderr {
+		return status.Errorf(codes.InvalidArgument, "stream %q: want stdout or stderr", stream_)
+	}
+	node, uid, err := h.opts.TaskLogs(ctx, req.GetNamespace(), req.GetName())
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		if apierrors.IsNotFound(err) {
+			return status.Errorf(codes.NotFound, "task %s/%s not found", req.GetNamespace(), req.GetName())
+		}
+		return status.Errorf(codes.Unavailable, "task %s/%s: %v", req.GetNamespace(), req.GetName(), err)
+	}
+	h.mu.Lock()
+	s := h.sessions[node]
+	h.mu.Unlock()
+	if s == nil {
+		return h.elsewhere(ctx, stream, node)
+	}
+
+	id := protocol.NewID()
+	lr := &logRequest{node: node, ch: make(chan *agentv1.LogChunk, 4), done: make(chan struct{}), stalled: make(chan struct{})}
+	h.logMu.Lock()
+	h.logReqs[id] = lr
+	h.logMu.Unlock()
+	defer func() {
+		h.logMu.Lock()
+		delete(h.logReqs, id)
+		h.logMu.Unlock()
+		close(lr.done)
+	}()
+	env := protocol.NewLogRequest(node, &agentv1.LogRequest{RequestId: id, Uid: uid, Stream: stream_, Follow: req.GetFollow(), TailBytes: req.GetTailBytes()})
+	if err := s.send(env); err != nil {
+		return status.Errorf(codes.Unavailable, "ask node %s for logs: %v", node, err)
+	}
+	h.log.Info("task logs requested", "user", u.name, "task", req.GetNamespace()+"/"+req.GetName(), "node", node, "uid", uid, "follow", req.GetFollow())
+	first := time.NewTimer(logAnswerTimeout)
+	defer first.Stop()
+	for {
+		select {
+		case c := <-lr.ch:
+			first.Stop()
+			if c.GetError() != "" {
+				return status.Errorf(codes.FailedPrecondition, "node %s: %s", node, c.GetError())
+			}
+			if err := stream.Send(&agentv1.LogChunk{Data: c.GetData(), Eof: c.GetEof()}); err != nil {
+				return err
+			}
+			if c.GetEof() {
+				return nil
+			}
+		case <-lr.stalled:
+			return status.Errorf(codes.ResourceExhausted, "the reader took more than %s to take a chunk; the agent of node %s stopped sending", logStall, node)
+		case <-first.C:
+			return status.Errorf(codes.DeadlineExceeded, "the agent of node %s did not answer the log request within %s (is it older than this hub?)", node, logAnswerTimeout)
+		case <-s.done:
+			return status.Errorf(codes.Unavailable, "node %s disconnected from hub %s; try again", node, h.opts.Name)
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// elsewhere answers a log request for a node this hub does not serve: with
+// the hub that does, if any, so the caller can ask it.
+func (h *Hub) elsewhere(ctx context.Context, stream grpc.ServerStream, node string) error {
+	var fn fleetv1.FleetNode
+	if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
+		return status.Errorf(codes.Unavailable, "node %s is not connected to hub %s, and its FleetNode cannot be read: %v", node, h.opts.Name, err)
+	}
+	other := fn.Status.Hub
+	if fn.Status.Phase != fleetv1.FleetNodeOnline || other == "" || other == h.opts.Name {
+		return status.Errorf(codes.Unavailable, "node %s is not connected to any hub (phase %s); its logs stay on the node until it reconnects", node, orUnknown(string(fn.Status.Phase)))
+	}
+	addr := h.hubAddress(ctx, other)
+	stream.SetTrailer(metadata.Pairs(TrailerHub, other, TrailerHubAddress, addr))
+	return status.Errorf(codes.FailedPrecondition, "node %s is connected to hub %s (%s), not to hub %s: ask that hub", node, other, orUnknown(addr), h.opts.Name)
+}
+
+// hubAddress is the address hub published on its Lease, or "".
+func (h *Hub) hubAddress(ctx context.Context, hub string) string {
+	var l coordinationv1.Lease
+	if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: h.opts.Namespace, Name: LeaseName(hub)}, &l); err != nil {
+		return ""
+	}
+	return l.Annotations[AnnotationHubAddress]
+}
+
+// advertisedAddress is this hub's address for its Lease: its first serving
+// host and the port it listens on.
+func (h *Hub) advertisedAddress() string {
+	if h.addr == nil || len(h.opts.ServingHosts) == 0 {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(h.addr.String())
+	if err != nil {
+		return ""
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return ""
+	}
+	return net.JoinHostPort(h.opts.ServingHosts[0], port)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// deliverLog hands an agent's chunk to the TaskLogs call waiting for it,
+// waiting while the caller reads slowly: that is the stream's flow control.
+// A chunk nobody waits for is refused, which stops the agent.
+func (h *Hub) deliverLog(ctx context.Context, node string, c *agentv1.LogChunk) (*agentv1.SendResponse, error) {
+	h.logMu.Lock()
+	lr := h.logReqs[c.GetRequestId()]
+	h.logMu.Unlock()
+	if lr == nil || lr.node != node {
+		return nil, status.Errorf(codes.NotFound, "log request %s is over", c.GetRequestId())
+	}
+	stall := time.NewTimer(logStall)
+	defer stall.Stop()
+	select {
+	case lr.ch <- c:
+		return &agentv1.SendResponse{}, nil
+	case <-stall.C:
+		lr.stallOnce.Do(func() { close(lr.stalled) })
+		return nil, status.Errorf(codes.ResourceExhausted, "log request %s: the reader is too slow", c.GetRequestId())
+	case <-lr.done:
+		return nil, status.Errorf(codes.NotFound, "log request %s is over", c.GetRequestId())
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}

@@ -1,0 +1,852 @@
+// Package dispatch is a hub's part of tasks (batch.drover.io): it sends the
+// current attempt of every Task the manager scheduled onto a node connected
+// to this hub, and writes what the node's agent reports back into the
+// Task's status.
+//
+// Every hub runs one; none needs to be the leader. The manager decides
+// where and when (status.nodeName, status.attempt, state Scheduled); the hub
+// serving that node owns the current attempt's next transitions:
+//
+//	Scheduled → Dispatching   the work item was sent
+//	          → Running       the agent started the process
+//	          → Completed     it exited 0
+//	          | Failed        it did not (exit code, reason, output tail)
+//
+// Reports of other attempts are ignored: the manager moved on (a restart,
+// a reschedule) and the old attempt is out of the node's work list, so its
+// agent cancels it at the latest on its next snapshot.
+//
+// A dispatched Task carries the finalizer FinalizerCleanup, so deleting it
+// stops its process first: the hub cancels the attempt and removes the
+// finalizer when the agent confirms, when the node is on no hub, or after
+// CleanupTimeout. Every wait ends.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/task/wire"
+)
+
+// FinalizerCleanup holds a dispatched Task until its process is stopped.
+const FinalizerCleanup = "batch.drover.io/agent-cleanup"
+
+// Field indexes on Tasks in the manager's cache.
+const (
+	IndexNodeName = "dispatch.status.nodeName"
+	IndexUID      = "dispatch.metadata.uid"
+)
+
+// Reasons this package writes into Task status and Events.
+const (
+	ReasonDispatched = "Dispatched"
+	ReasonStarted    = "Started"
+	ReasonCompleted  = "Completed"
+	ReasonCleanedUp  = "CleanedUp"
+	ReasonCleanup    = "CleanupTimeout"
+)
+
+// Hub is what the dispatcher needs of a hub.
+type Hub interface {
+	Dispatch(node string, item *agentv1.WorkItem) error
+	Cancel(node, uid string) error
+	Connected(node string) bool
+	Name() string
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	// Client reads Tasks from the manager's cache (with the field indexes
+	// SetupWithManager adds) and writes them.
+	Client client.Client
+	// APIReader reads afresh after a write conflict, and FleetNodes.
+	APIReader client.Reader
+	// FlushInterval is how long reports are gathered before writing.
+	// Default 20ms: a report waits little, and a burst is one write per task.
+	FlushInterval time.Duration
+	// CleanupTimeout bounds how long a deleted Task waits for its agent to
+	// confirm the process stopped. Default 2m.
+	CleanupTimeout time.Duration
+	// Recorder records Events on Tasks. Default: the manager's.
+	Recorder   events.EventRecorder
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// Owns reports whether a work uid is a task attempt's.
+func Owns(uid string) bool {
+	_, _, ok := wire.ParseWorkID(uid)
+	return ok
+}
+
+// sent is what this hub dispatched for one task.
+type sent struct {
+	key  types.NamespacedName
+	node string
+	work string // work id
+}
+
+// report is one agent report waiting to be written.
+type report struct {
+	phase, reason string
+	r             wire.Report
+	full          bool // from a WorkStatus (with the runner's report), not a NodeState
+}
+
+// pending is what waits to be written into one Task.
+type pending struct {
+	node       string
+	attempt    int32
+	dispatched bool
+	reports    []report
+}
+
+// Dispatcher implements hub.WorkSource and hub.StatusSink for tasks.
+type Dispatcher struct {
+	opts Options
+	log  *slog.Logger
+	hub  atomic.Pointer[Hub]
+
+	synced atomic.Bool
+	kick   chan struct{}
+
+	mu sync.Mutex
+	// sent: task uid → the attempt this hub dispatched last.
+	sent map[types.UID]sent
+	// queue: task uid → what to write.
+	queue map[types.UID]*pending
+	// cancelled: task uid → when its cancel was sent (deleted tasks).
+	cancelled map[types.UID]time.Time
+	// ended: task uid → the work id whose end the agent reported.
+	ended map[types.UID]string
+
+	// requeue asks the controller to look at a task again (an end
+	// reported for a deleted task).
+	requeue chan types.NamespacedName
+
+	m metrics
+}
+
+type metrics struct {
+	dispatched, reports, writes, conflicts, cancels prometheus.Counter
+}
+
+// New returns a dispatcher; call SetHub before the hub serves agents.
+func New(opts Options) *Dispatcher {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 20 * time.Millisecond
+	}
+	if opts.CleanupTimeout <= 0 {
+		opts.CleanupTimeout = 2 * time.Minute
+	}
+	if opts.APIReader == nil {
+		opts.APIReader = opts.Client
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_task_" + name, Help: help})
+	}
+	d := &Dispatcher{
+		opts: opts, log: opts.Logger,
+		kick:      make(chan struct{}, 1),
+		sent:      map[types.UID]sent{},
+		queue:     map[types.UID]*pending{},
+		cancelled: map[types.UID]time.Time{},
+		ended:     map[types.UID]string{},
+		requeue:   make(chan types.NamespacedName, 1024),
+		m: metrics{
+			dispatched: c("dispatched_total", "Task attempts this hub sent to agents (Dispatch messages and snapshot items)."),
+			reports:    c("reports_total", "Task attempt reports received from agents."),
+			writes:     c("status_writes_total", "Task status writes by this hub."),
+			conflicts:  c("write_conflicts_total", "Task writes that met a conflict and were retried."),
+			cancels:    c("cancels_total", "Cancels sent for deleted or superseded task attempts."),
+		},
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(d.m.dispatched, d.m.reports, d.m.writes, d.m.conflicts, d.m.cancels)
+	}
+	return d
+}
+
+// SetHub tells the dispatcher where to send work.
+func (d *Dispatcher) SetHub(h Hub) { d.hub.Store(&h) }
+
+func (d *Dispatcher) getHub() Hub {
+	if h := d.hub.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+// IndexTasks adds the field indexes the dispatcher lists Tasks by. Other
+// components that need them call it too; a second call for the same index
+// fails, so only one caller per manager may.
+func IndexTasks(ctx context.Context, mgr ctrl.Manager) error {
+	fi := mgr.GetFieldIndexer()
+	if err := fi.IndexField(ctx, &batchv1.Task{}, IndexNodeName, func(o client.Object) []string {
+		if n := o.(*batchv1.Task).Status.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index tasks by %s: %w", IndexNodeName, err)
+	}
+	if err := fi.IndexField(ctx, &batchv1.Task{}, IndexUID, func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	}); err != nil {
+		return fmt.Errorf("index tasks by %s: %w", IndexUID, err)
+	}
+	return nil
+}
+
+// SetupWithManager adds the field indexes, the Task controller (on every
+// hub, without leader election) and the status writer.
+func (d *Dispatcher) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := IndexTasks(ctx, mgr); err != nil {
+		return err
+	}
+	if d.opts.Recorder == nil {
+		d.opts.Recorder = mgr.GetEventRecorder("drover-hub")
+	}
+	noLeader := false
+	err := ctrl.NewControllerManagedBy(mgr).Named("task-dispatch").
+		For(&batchv1.Task{}).
+		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 4}).
+		Complete(d)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&writer{d: d, mgr: mgr})
+}
+
+// writer waits for the cache, then writes queued reports until ctx ends.
+type writer struct {
+	d   *Dispatcher
+	mgr ctrl.Manager
+}
+
+func (w *writer) NeedLeaderElection() bool { return false }
+
+func (w *writer) Start(ctx context.Context) error {
+	if !w.mgr.GetCache().WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	w.d.synced.Store(true)
+	w.d.log.Info("task dispatcher ready")
+	return w.d.writeLoop(ctx)
+}
+
+// Item is the work item of a task's current attempt.
+func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
+	s := wire.Spec{
+		Namespace: t.Namespace, Name: t.Name, Attempt: t.Status.Attempt,
+		Command: t.Spec.Command, WorkingDir: t.Spec.WorkingDir,
+	}
+	for _, e := range t.Spec.Env {
+		s.Env = append(s.Env, e.Name+"="+e.Value)
+	}
+	for _, a := range t.Spec.Artifacts {
+		s.Artifacts = append(s.Artifacts, wire.Artifact{URL: a.URL, SHA256: a.SHA256, Path: a.Path, Executable: a.Executable})
+	}
+	if t.Spec.Timeout != nil {
+		s.TimeoutSeconds = int64(t.Spec.Timeout.Duration.Round(time.Second) / time.Second)
+	}
+	if t.Spec.KillTimeout != nil {
+		s.KillTimeoutSeconds = int64(t.Spec.KillTimeout.Duration.Round(time.Second) / time.Second)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := s.Encode()
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.WorkItem{Uid: wire.WorkID(string(t.UID), t.Status.Attempt), Type: wire.TypeExec, Spec: b}, nil
+}
+
+// active reports whether t's current attempt belongs on its node.
+func active(t *batchv1.Task) bool {
+	return t.DeletionTimestamp == nil && t.Status.NodeName != "" && t.Status.Attempt >= 1 &&
+		(t.Status.State == batchv1.TaskScheduled || t.Status.State == batchv1.TaskDispatching || t.Status.State == batchv1.TaskRunning)
+}
+
+// WorkFor implements hub.WorkSource: the current attempt of every task on
+// node that is Scheduled, Dispatching or Running. The Scheduled ones are
+// written Dispatching, as this snapshot sends them.
+func (d *Dispatcher) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error) {
+	if !d.synced.Load() {
+		// An empty list would make the agent cancel the tasks it runs.
+		return nil, errors.New("tasks are still loading; reconnect shortly")
+	}
+	var l batchv1.TaskList
+	if err := d.opts.Client.List(ctx, &l, client.MatchingFields{IndexNodeName: node}); err != nil {
+		return nil, fmt.Errorf("list tasks on node %s: %w", node, err)
+	}
+	out := make([]*agentv1.WorkItem, 0, len(l.Items))
+	for i := range l.Items {
+		t := &l.Items[i]
+		if !active(t) {
+			continue
+		}
+		it, err := Item(t)
+		if err != nil {
+			// The API's schema should have refused it; keep the node's
+			// other work going and say why this one does not run.
+			d.log.Error("task cannot be sent", "task", client.ObjectKeyFromObject(t), "err", err)
+			continue
+		}
+		out = append(out, it)
+		d.recordSent(t, node, it.GetUid())
+		if t.Status.State == batchv1.TaskScheduled {
+			d.enqueue(t.UID, node, t.Status.Attempt, func(p *pending) { p.dispatched = true })
+		}
+	}
+	d.m.dispatched.Add(float64(len(out)))
+	return out, nil
+}
+
+func (d *Dispatcher) recordSent(t *batchv1.Task, node, work string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sent[t.UID] = sent{key: client.ObjectKeyFromObject(t), node: node, work: work}
+}
+
+// WorkStatus implements hub.StatusSink.
+func (d *Dispatcher) WorkStatus(_ context.Context, node string, st *agentv1.WorkStatus) {
+	d.report(node, st, true)
+}
+
+// NodeState implements hub.StatusSink. A NodeState carries phases without
+// the runner's report: it moves a task along (and ends it) when the
+// statuses that carried the reports were lost.
+func (d *Dispatcher) NodeState(_ context.Context, node string, work []*agentv1.WorkStatus) {
+	for _, st := range work {
+		d.report(node, st, false)
+	}
+}
+
+func (d *Dispatcher) report(node string, st *agentv1.WorkStatus, full bool) {
+	uid, attempt, ok := wire.ParseWorkID(st.GetUid())
+	if !ok {
+		return
+	}
+	var r wire.Report
+	if full {
+		var err error
+		if r, err = wire.DecodeReport(st.GetMessage()); err != nil {
+			// The phase still counts; the details are lost.
+			d.log.Warn("task report is not a wire.Report", "node", node, "work", st.GetUid(), "err", err)
+			r = wire.Report{Message: st.GetMessage()}
+		}
+	}
+	d.m.reports.Inc()
+	rp := report{phase: st.GetPhase(), reason: st.GetReason(), r: r, full: full}
+	tuid := types.UID(uid)
+	if final(rp.phase) {
+		d.mu.Lock()
+		_, deleting := d.cancelled[tuid]
+		s, ours := d.sent[tuid]
+		if ours {
+			d.ended[tuid] = st.GetUid()
+		}
+		key := s.key
+		d.mu.Unlock()
+		if deleting && key.Name != "" {
+			select {
+			case d.requeue <- key:
+			default:
+			}
+		}
+	}
+	d.enqueue(tuid, node, attempt, func(p *pending) { p.reports = append(p.reports, rp) })
+}
+
+func final(phase string) bool {
+	return phase == wire.PhaseSucceeded || phase == wire.PhaseFailed || phase == wire.PhaseCancelled
+}
+
+// enqueue records a write for the task's attempt and wakes the writer.
+// Writes for an older attempt than one already queued are dropped.
+func (d *Dispatcher) enqueue(uid types.UID, node string, attempt int32, add func(*pending)) {
+	d.mu.Lock()
+	p := d.queue[uid]
+	switch {
+	case p == nil || p.attempt < attempt:
+		p = &pending{node: node, attempt: attempt}
+		d.queue[uid] = p
+	case p.attempt > attempt:
+		d.mu.Unlock()
+		return
+	}
+	add(p)
+	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Reconcile implements reconcile.Reconciler for Tasks: it dispatches a
+// Scheduled attempt to its node if the node is connected here, cancels a
+// superseded attempt, and stops a deleted task's process.
+func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var t batchv1.Task
+	if err := d.opts.Client.Get(ctx, req.NamespacedName, &t); err != nil {
+		if apierrors.IsNotFound(err) {
+			d.forget(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if t.DeletionTimestamp != nil {
+		return d.cleanup(ctx, &t)
+	}
+	h := d.getHub()
+	if h == nil || !d.synced.Load() {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	work := ""
+	if t.Status.Attempt >= 1 {
+		work = wire.WorkID(string(t.UID), t.Status.Attempt)
+	}
+	d.mu.Lock()
+	prev, had := d.sent[t.UID]
+	d.mu.Unlock()
+	if had && prev.work != work && h.Connected(prev.node) {
+		// The manager moved on (a restart, a reschedule): the old attempt
+		// leaves the node's list, and the node stops it now, not on its
+		// next snapshot.
+		if err := h.Cancel(prev.node, prev.work); err == nil {
+			d.m.cancels.Inc()
+			d.log.Info("cancelled a superseded attempt", "task", req.NamespacedName, "node", prev.node, "work", prev.work)
+		}
+		d.mu.Lock()
+		delete(d.sent, t.UID)
+		d.mu.Unlock()
+	}
+	if t.Status.State.Final() && had && prev.work == work {
+		d.mu.Lock()
+		delete(d.sent, t.UID)
+		delete(d.ended, t.UID)
+		d.mu.Unlock()
+	}
+	if t.Status.State != batchv1.TaskScheduled || !active(&t) || !h.Connected(t.Status.NodeName) {
+		return reconcile.Result{}, nil
+	}
+	if had && prev.work == work {
+		return reconcile.Result{}, nil // sent; its Dispatching write is queued
+	}
+	it, err := Item(&t)
+	if err != nil {
+		d.log.Error("task cannot be sent", "task", req.NamespacedName, "err", err)
+		d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) {
+			p.reports = append(p.reports, report{phase: wire.PhaseFailed, reason: wire.ReasonStartError, r: wire.Report{Message: err.Error()}, full: true})
+		})
+		return reconcile.Result{}, nil
+	}
+	// The finalizer first: once the item is on the node, deleting the Task
+	// must reach the process.
+	if !controllerutil.ContainsFinalizer(&t, FinalizerCleanup) {
+		patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&t, FinalizerCleanup)
+		if err := d.opts.Client.Patch(ctx, &t, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				d.m.conflicts.Inc()
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if err := h.Dispatch(t.Status.NodeName, it); err != nil {
+		// The stream just closed: the node's next snapshot carries it.
+		d.log.Warn("dispatch failed; the node's next connect carries it", "task", req.NamespacedName, "node", t.Status.NodeName, "err", err)
+		return reconcile.Result{}, nil
+	}
+	d.m.dispatched.Inc()
+	d.recordSent(&t, t.Status.NodeName, it.GetUid())
+	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) { p.dispatched = true })
+	return reconcile.Result{}, nil
+}
+
+// forget drops what is known of a task that is gone.
+func (d *Dispatcher) forget(key types.NamespacedName) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, s := range d.sent {
+		if s.key == key {
+			delete(d.sent, uid)
+			delete(d.cancelled, uid)
+			delete(d.ended, uid)
+			delete(d.queue, uid)
+		}
+	}
+}
+
+// cleanup stops a deleted task's attempt and then lets it go.
+func (d *Dispatcher) cleanup(ctx context.Context, t *batchv1.Task) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
+		return reconcile.Result{}, nil
+	}
+	node := t.Status.NodeName
+	work := wire.WorkID(string(t.UID), max(t.Status.Attempt, 1))
+	h := d.getHub()
+	d.mu.Lock()
+	cancelledAt, cancelled := d.cancelled[t.UID]
+	ended := d.ended[t.UID] == work
+	d.mu.Unlock()
+	now := d.opts.Now()
+	deadline := t.DeletionTimestamp.Add(d.opts.CleanupTimeout)
+
+	switch {
+	case t.Status.State.Final() || node == "" || t.Status.Attempt < 1:
+		return d.release(ctx, t, "the attempt had ended")
+	case ended:
+		return d.release(ctx, t, fmt.Sprintf("node %s confirmed attempt %d stopped", node, t.Status.Attempt))
+	case h != nil && h.Connected(node):
+		if !cancelled {
+			if err := h.Cancel(node, work); err != nil {
+				d.log.Warn("cancel failed; retrying", "task", client.ObjectKeyFromObject(t), "node", node, "err", err)
+				return reconcile.Result{RequeueAfter: time.Second}, nil
+			}
+			d.m.cancels.Inc()
+			d.mu.Lock()
+			d.cancelled[t.UID] = now
+			if _, ok := d.sent[t.UID]; !ok {
+				d.sent[t.UID] = sent{key: client.ObjectKeyFromObject(t), node: node, work: work}
+			}
+			d.mu.Unlock()
+			cancelledAt = now
+			d.event(t, corev1.EventTypeNormal, batchv1.ReasonCancelled, "Cancel", "task deleted: asked node %s to stop attempt %d", node, t.Status.Attempt)
+		}
+	default:
+		var fn fleetv1.FleetNode
+		err := d.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn)
+		switch {
+		case apierrors.IsNotFound(err):
+			return d.release(ctx, t, fmt.Sprintf("node %s no longer exists", node))
+		case err != nil:
+			return reconcile.Result{}, err
+		case fn.Status.Phase != fleetv1.FleetNodeOnline || fn.Status.Hub == "":
+			// Its agent cancels the attempt when its next snapshot (on
+			// reconnect) leaves it out.
+			return d.release(ctx, t, fmt.Sprintf("node %s is not connected to any hub (%s); it stops the attempt when it reconnects", node, fn.Status.Phase))
+		}
+		// Another hub serves the node and cancels it; wait for it, up to
+		// the timeout.
+	}
+	if !now.Before(deadline) {
+		d.event(t, corev1.EventTypeWarning, ReasonCleanup, "Cleanup", "node %s did not confirm attempt %d stopped within %s (cancel sent %s); letting the task go",
+			node, t.Status.Attempt, d.opts.CleanupTimeout, sinceOr(cancelledAt, now))
+		return d.release(ctx, t, "cleanup timed out")
+	}
+	wait := min(deadline.Sub(now), 5*time.Second)
+	return reconcile.Result{RequeueAfter: wait}, nil
+}
+
+func sinceOr(t, now time.Time) string {
+	if t.IsZero() {
+		return "by another hub"
+	}
+	return now.Sub(t).Round(time.Second).String() + " ago"
+}
+
+// release removes the finalizer.
+func (d *Dispatcher) release(ctx context.Context, t *batchv1.Task, why string) (reconcile.Result, error) {
+	patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(t, FinalizerCleanup)
+	if err := d.opts.Client.Patch(ctx, t, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			d.m.conflicts.Inc()
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	d.log.Info("deleted task released", "task", client.ObjectKeyFromObject(t), "why", why)
+	d.event(t, corev1.EventTypeNormal, ReasonCleanedUp, "Cleanup", "%s", why)
+	d.forget(client.ObjectKeyFromObject(t))
+	return reconcile.Result{}, nil
+}
+
+func (d *Dispatcher) event(t *batchv1.Task, typ, reason, action, note string, args ...any) {
+	if d.opts.Recorder != nil {
+		d.opts.Recorder.Eventf(t, nil, typ, reason, action, note, args...)
+	}
+}
+
+// writeLoop writes queued reports: one status patch per task per flush.
+func (d *Dispatcher) writeLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.kick:
+		}
+		// Gather what else arrives meanwhile into the same writes.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d.opts.FlushInterval):
+		}
+		d.flush(ctx)
+	}
+}
+
+func (d *Dispatcher) flush(ctx context.Context) {
+	d.mu.Lock()
+	batch := d.queue
+	d.queue = map[types.UID]*pending{}
+	d.mu.Unlock()
+	var failed int
+	for uid, p := range batch {
+		if err := d.write(ctx, uid, p); err != nil {
+			failed++
+			d.log.Error("write task status", "uid", uid, "node", p.node, "attempt", p.attempt, "err", err)
+			// Keep it for the next flush, unless newer ones came.
+			d.mu.Lock()
+			if q := d.queue[uid]; q == nil {
+				d.queue[uid] = p
+			} else if q.attempt == p.attempt {
+				q.dispatched = q.dispatched || p.dispatched
+				q.reports = append(p.reports, q.reports...)
+			}
+			d.mu.Unlock()
+		}
+	}
+	if failed > 0 {
+		// Try again after a pause, not at once.
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+				select {
+				case d.kick <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	// Deleted tasks waiting for their end.
+	for {
+		select {
+		case key := <-d.requeue:
+			var t batchv1.Task
+			if err := d.opts.APIReader.Get(ctx, key, &t); err == nil && t.DeletionTimestamp != nil {
+				if _, err := d.cleanup(ctx, &t); err != nil {
+					d.log.Warn("clean up deleted task", "task", key, "err", err)
+				}
+			}
+		default:
+			return
+		}
+	}
+}
+
+// write applies p to the task with uid, retrying conflicts.
+func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error {
+	var l batchv1.TaskList
+	if err := d.opts.Client.List(ctx, &l, client.MatchingFields{IndexUID: string(uid)}); err != nil {
+		return err
+	}
+	if len(l.Items) == 0 {
+		return nil // gone, or not in the cache yet (it was just created: the agent cannot report on it yet)
+	}
+	key := client.ObjectKeyFromObject(&l.Items[0])
+	t := l.Items[0].DeepCopy()
+	if p.dispatched && t.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
+		// Sent in a snapshot (WorkFor), which must not wait for the API.
+		if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
+				return err
+			}
+			if t.UID != uid || t.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
+				return nil
+			}
+			patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			controllerutil.AddFinalizer(t, FinalizerCleanup)
+			err := d.opts.Client.Patch(ctx, t, patch)
+			if apierrors.IsConflict(err) {
+				d.m.conflicts.Inc()
+			}
+			return err
+		}); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if t.UID != uid {
+			return nil
+		}
+	}
+	first := true
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if !first {
+			d.m.conflicts.Inc()
+			t = &batchv1.Task{}
+			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			if t.UID != uid {
+				return nil
+			}
+		}
+		first = false
+		orig := t.DeepCopy()
+		hub := ""
+		if h := d.getHub(); h != nil {
+			hub = h.Name()
+		}
+		if !apply(&t.Status, p, hub, d.opts.Now()) {
+			return nil
+		}
+		if err := d.opts.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+		d.m.writes.Inc()
+		return nil
+	})
+}
+
+// apply moves st along by what p says of attempt p.attempt on p.node, and
+// reports whether it changed. Anything about another attempt or node is
+// ignored; a task never moves back.
+func apply(st *batchv1.TaskStatus, p *pending, hub string, now time.Time) bool {
+	if st.Attempt != p.attempt || st.NodeName != p.node {
+		return false
+	}
+	changed := false
+	set := func(s batchv1.TaskState, reason, msg string) {
+		st.State, st.Reason, st.Message = s, reason, msg
+		changed = true
+	}
+	if p.dispatched && st.State == batchv1.TaskScheduled {
+		set(batchv1.TaskDispatching, ReasonDispatched, fmt.Sprintf("sent to node %s by hub %s", p.node, hub))
+	}
+	for _, rp := range p.reports {
+		switch rp.phase {
+		case agentPending:
+			if st.State == batchv1.TaskScheduled {
+				set(batchv1.TaskDispatching, ReasonDispatched, fmt.Sprintf("node %s has it", p.node))
+			}
+		case wire.PhaseRunning:
+			if st.State == batchv1.TaskScheduled || st.State == batchv1.TaskDispatching {
+				set(batchv1.TaskRunning, ReasonStarted, rp.r.Message)
+			}
+			changed = setTime(&st.StartTime, rp.r.StartTime) || changed
+		case wire.PhaseSucceeded, wire.PhaseFailed, wire.PhaseCancelled:
+			s, reason := batchv1.TaskFailed, rp.reason
+			if rp.phase == wire.PhaseSucceeded {
+				s, reason = batchv1.TaskCompleted, ReasonCompleted
+			}
+			msg := rp.r.Message
+			if reason == "" {
+				reason = rp.phase
+			} else if strings.ContainsAny(reason, " :") {
+				// A sentence (the agent's own, e.g. after a restart): the
+				// reason stays a word, the sentence goes into the message.
+				if msg == "" {
+					msg = reason
+				}
+				reason = rp.phase
+			}
+			switch {
+			case !st.State.Final():
+				set(s, reason, msg)
+				if st.FinishTime == nil && rp.r.FinishTime == "" {
+					t := metav1.NewTime(now)
+					st.FinishTime = &t
+				}
+			case st.State != s || !rp.full:
+				continue
+			}
+			// A report after a NodeState's bare phase fills in the details.
+			changed = setTime(&st.StartTime, rp.r.StartTime) || changed
+			changed = setTime(&st.FinishTime, rp.r.FinishTime) || changed
+			if rp.r.ExitCode != nil && (st.ExitCode == nil || *st.ExitCode != *rp.r.ExitCode) {
+				st.ExitCode = rp.r.ExitCode
+				changed = true
+			} else if rp.phase == wire.PhaseSucceeded && st.ExitCode == nil {
+				zero := int32(0)
+				st.ExitCode = &zero
+				changed = true
+			}
+			if rp.r.OutputTail != "" && st.OutputTail != rp.r.OutputTail {
+				st.OutputTail = rp.r.OutputTail
+				changed = true
+			}
+			if rp.r.Message != "" && st.Message != rp.r.Message {
+				st.Message = rp.r.Message
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// agentPending is the phase of an item the agent holds but has not started.
+const agentPending = "Pending"
+
+// setTime sets *dst from an RFC 3339 string if it differs; it reports
+// whether it changed.
+func setTime(dst **metav1.Time, s string) bool {
+	if s == "" {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return false
+	}
+	// The API keeps seconds.
+	if *dst != nil && (*dst).Time.Truncate(time.Second).Equal(t.Truncate(time.Second)) {
+		return false
+	}
+	mt := metav1.NewTime(t)
+	*dst = &mt
+	return true
+}
+
+// LogTarget finds the node and work id of the current attempt of the task
+// namespace/name, for the hub's TaskLogs.
+func (d *Dispatcher) LogTarget(ctx context.Context, namespace, name string) (node, uid string, err error) {
+	var t batchv1.Task
+	if err := d.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &t); err != nil {
+		return "", "", err
+	}
+	if t.Status.NodeName == "" || t.Status.Attempt < 1 {
+		return "", "", status.Errorf(codes.FailedPrecondition, "task %s/%s has not been scheduled to a node yet (state %s)", namespace, name, orNone(string(t.Status.State)))
+	}
+	return t.Status.NodeName, wire.WorkID(string(t.UID), t.Status.Attempt), nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,179 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/testenv"
+)
+
+func TestTaskRunsToCompletion(t *testing.T) {
+	f := start(t)
+	gate, open := f.gate("go")
+	task := f.schedule("greet", "/bin/sh", "-c", `echo "$GREETING from the task"; `+waitFor(gate)+`; echo bye >&2`)
+
+	running := f.waitState(task, batchv1.TaskRunning)
+	if running.Status.StartTime == nil {
+		t.Error("Running without a startTime")
+	}
+	if !controllerutil.ContainsFinalizer(running, FinalizerCleanup) {
+		t.Errorf("a dispatched task has finalizers %v, want %s", running.Finalizers, FinalizerCleanup)
+	}
+	open()
+	done := f.waitState(task, batchv1.TaskCompleted)
+	st := done.Status
+	if st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Errorf("exitCode = %v, want 0", st.ExitCode)
+	}
+	if !strings.Contains(st.OutputTail, "hello from the task") || !strings.Contains(st.OutputTail, "bye") {
+		t.Errorf("outputTail = %q, want the task's stdout and stderr", st.OutputTail)
+	}
+	if st.FinishTime == nil || st.StartTime == nil || st.FinishTime.Before(st.StartTime) {
+		t.Errorf("startTime %v, finishTime %v", st.StartTime, st.FinishTime)
+	}
+	if st.Attempt != 1 || st.NodeName != f.node {
+		t.Errorf("attempt %d on %q, want 1 on %s", st.Attempt, st.NodeName, f.node)
+	}
+	if n := f.counter("drover_hub_task_dispatched_total"); n < 1 {
+		t.Errorf("dispatched counter %v", n)
+	}
+	if n := f.counter("drover_hub_task_status_writes_total"); n < 2 {
+		t.Errorf("status writes counter %v, want at least Running and Completed", n)
+	}
+}
+
+func TestTaskFailsWithExitCode(t *testing.T) {
+	f := start(t)
+	task := f.schedule("broken", "/bin/sh", "-c", "echo oops >&2; exit 3")
+	got := f.waitState(task, batchv1.TaskFailed)
+	st := got.Status
+	if st.ExitCode == nil || *st.ExitCode != 3 {
+		t.Errorf("exitCode = %v, want 3", st.ExitCode)
+	}
+	if st.Reason != wire.ReasonExitCode {
+		t.Errorf("reason = %q, want %s", st.Reason, wire.ReasonExitCode)
+	}
+	if !strings.Contains(st.OutputTail, "oops") || !strings.Contains(st.Message, "3") {
+		t.Errorf("outputTail %q, message %q", st.OutputTail, st.Message)
+	}
+}
+
+// One item runs at a time on this agent: a second task waits on the node,
+// Dispatching, until the first ends.
+func TestTaskWaitsDispatching(t *testing.T) {
+	f := start(t)
+	gate, open := f.gate("go")
+	first := f.schedule("first", "/bin/sh", "-c", waitFor(gate))
+	f.waitState(first, batchv1.TaskRunning)
+	second := f.schedule("second", "true")
+	got := f.waitState(second, batchv1.TaskDispatching)
+	if !strings.Contains(got.Status.Message, f.node) {
+		t.Errorf("Dispatching message %q does not name the node", got.Status.Message)
+	}
+	open()
+	f.waitState(first, batchv1.TaskCompleted)
+	f.waitState(second, batchv1.TaskCompleted)
+}
+
+func TestDeletedTaskStopsItsProcess(t *testing.T) {
+	f := start(t)
+	gate, _ := f.gate("never")
+	task := f.schedule("forever", "/bin/sh", "-c", waitFor(gate))
+	running := f.waitState(task, batchv1.TaskRunning)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
+	if err := f.c.Delete(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone(task)
+	work := wire.WorkID(string(running.UID), 1)
+	if !f.runner.wasCancelled(work) {
+		t.Errorf("the task is gone but its process %s was not stopped", work)
+	}
+	if n := f.counter("drover_hub_task_cancels_total"); n != 1 {
+		t.Errorf("cancels counter %v, want 1", n)
+	}
+}
+
+// A task never dispatched gets no finalizer, and deleting it waits for nobody.
+func TestUndispatchedTaskHasNoFinalizer(t *testing.T) {
+	f := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
+	task := &batchv1.Task{}
+	task.Namespace, task.Name = f.ns, "elsewhere"
+	task.Spec.Command = []string{"true"}
+	if err := f.c.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	task.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, NodeName: "node-on-no-hub", Attempt: 1}
+	if err := f.c.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Never(t, testenv.ShortTimeout/2, "a finalizer on a task this hub did not send", func(context.Context) (bool, error) {
+		var got batchv1.Task
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &got); err != nil {
+			return false, err
+		}
+		return len(got.Finalizers) > 0 || got.Status.State != batchv1.TaskScheduled, nil
+	})
+	if err := f.c.Delete(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone(task)
+}
+
+func TestNewAttemptReplacesTheOld(t *testing.T) {
+	f := start(t)
+	gate, open := f.gate("go")
+	task := f.schedule("retried", "/bin/sh", "-c", waitFor(gate))
+	running := f.waitState(task, batchv1.TaskRunning)
+	old := wire.WorkID(string(running.UID), 1)
+	uids := func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+		defer cancel()
+		items, err := f.d.WorkFor(ctx, f.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, it := range items {
+			out = append(out, it.GetUid())
+		}
+		return out
+	}
+	if got := uids(); !slices.Equal(got, []string{old}) {
+		t.Fatalf("WorkFor = %v, want [%s]", got, old)
+	}
+
+	// The manager starts attempt 2 on the same node.
+	f.setAttempt(task, 2)
+	next := wire.WorkID(string(running.UID), 2)
+	testenv.Eventually(t, waitTimeout, "the old attempt is cancelled on the node", func(context.Context) (bool, error) {
+		return f.runner.wasCancelled(old), nil
+	})
+	testenv.Eventually(t, waitTimeout, "WorkFor lists attempt 2 only", func(context.Context) (bool, error) {
+		got := uids()
+		if !slices.Equal(got, []string{next}) {
+			return false, fmt.Errorf("WorkFor = %v", got)
+		}
+		return true, nil
+	})
+	got := f.waitState(task, batchv1.TaskRunning)
+	if got.Status.Attempt != 2 {
+		t.Fatalf("attempt %d Running, want 2", got.Status.Attempt)
+	}
+	open()
+	done := f.waitState(task, batchv1.TaskCompleted)
+	if done.Status.Attempt != 2 {
+		t.Errorf("attempt %d Completed, want 2", done.Status.Attempt)
+	}
+}
