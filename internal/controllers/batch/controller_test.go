@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
@@ -436,6 +437,36 @@ func TestFleetJobCascadesThroughGroupsAndTasks(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// counter reads a counter from controller-runtime's registry (the manager's
+// /metrics); labels are name=value pairs the series must carry.
+func counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
 // A TaskGroup on its own; OnFailure with a backoff measured on the fake
 // clock, then attempts exhausted.
 func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
@@ -451,9 +482,11 @@ func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "flaky-0"
+	restarts, exhausted := counter(t, "drover_task_restarts_total"), counter(t, "drover_tasks_failed_total", "reason", batchv1.ReasonAttemptsSpent)
 	waitTask(t, ns, name, "scheduled", stateIs(batchv1.TaskScheduled, 1))
 	hub(t, ns, name, 1, batchv1.TaskRunning, nil, "", clock.Now())
-	finish := clock.Now().Add(time.Second)
+	clock.Step(time.Second)
+	finish := clock.Now()
 	hub(t, ns, name, 1, batchv1.TaskFailed, ptr(int32(3)), "ExitCode", finish)
 
 	tk := waitTask(t, ns, name, "waiting out its backoff", func(tk *batchv1.Task) bool {
@@ -489,8 +522,11 @@ func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 	tk = waitTask(t, ns, name, "attempts exhausted", func(tk *batchv1.Task) bool {
 		return tk.Status.State == batchv1.TaskFailed && tk.Status.Reason == batchv1.ReasonAttemptsSpent
 	})
-	if tk.Status.Attempt != 2 || !strings.Contains(tk.Status.Message, "ExitCode") {
+	if tk.Status.Attempt != 2 || !strings.Contains(tk.Status.Message, "ExitCode") || tk.Status.ExitCode == nil || *tk.Status.ExitCode != 3 {
 		t.Errorf("final status = %+v", tk.Status)
+	}
+	if r, e := counter(t, "drover_task_restarts_total")-restarts, counter(t, "drover_tasks_failed_total", "reason", batchv1.ReasonAttemptsSpent)-exhausted; r != 1 || e != 1 {
+		t.Errorf("metrics: %v restarts, %v exhausted; want 1 and 1", r, e)
 	}
 	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(g), &tg, func(client.Object) bool {
 		return tg.Status.Phase == batchv1.GroupFailed && tg.Status.Counts.Failed == 1
@@ -532,6 +568,7 @@ func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	lostBefore := counter(t, "drover_task_reschedules_total", "reason", batchv1.ReasonNodeLost)
 	mk("moves", batchv1.RescheduleOnNodeLost)
 	mk("stays", batchv1.RescheduleNever)
 	for _, n := range []string{"moves", "stays"} {
@@ -550,6 +587,9 @@ func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 	}
 	if h := tk.Status.History; len(h) != 1 || h[0].Attempt != 1 || h[0].Node != "offline-1" || h[0].State != batchv1.TaskRunning || h[0].Reason != batchv1.ReasonNodeLost || h[0].FinishTime == nil {
 		t.Errorf("history = %+v", h)
+	}
+	if d := counter(t, "drover_task_reschedules_total", "reason", batchv1.ReasonNodeLost) - lostBefore; d != 1 {
+		t.Errorf("drover_task_reschedules_total{reason=NodeLost} grew by %v, want 1", d)
 	}
 	tk = waitTask(t, ns, "stays", "failed with its node", func(tk *batchv1.Task) bool { return tk.Status.State == batchv1.TaskFailed })
 	if tk.Status.Reason != batchv1.ReasonNodeLost || tk.Status.Attempt != 1 || len(tk.Status.History) != 1 {

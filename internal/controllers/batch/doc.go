@@ -18,6 +18,15 @@
 // longer holds the old attempt and the agent cancels it if the node comes
 // back: an attempt is never run twice.
 //
+// Events: Scheduled and FailedScheduling (once per distinct message) on
+// Tasks; BackOff, NodeLost, DispatchTimeout and AttemptsExhausted when an
+// attempt ends; Running, Completed and Failed on TaskGroups and FleetJobs
+// when their phase changes. Metrics (controller-runtime's registry):
+// drover_tasks_scheduled_total, drover_tasks_unschedulable_total,
+// drover_task_restarts_total, drover_task_reschedules_total{reason},
+// drover_tasks_failed_total{reason}, drover_scheduler_pending_tasks and
+// drover_scheduler_loop_duration_seconds.
+//
 // Without a garbage collector (the embedded control plane has none), a
 // deleted job's groups and a deleted group's tasks are deleted by these
 // controllers.
