@@ -164,12 +164,12 @@ type TaskSpec struct {
 	// priority orders scheduling: higher first, then older first.
 	// +optional
 	Priority int32 `json:"priority,omitempty"`
-	// restartPolicy after a failed attempt. Default Never.
-	// +kubebuilder:default=Never
+	// restartPolicy after a failed attempt. Unset: the FleetJob's, else
+	// Never. (No schema default, so a job's policy can fill it in.)
 	// +optional
 	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
-	// reschedulePolicy when the node goes Offline. Default OnNodeLost.
-	// +kubebuilder:default=OnNodeLost
+	// reschedulePolicy when the node goes Offline. Unset: the FleetJob's,
+	// else OnNodeLost.
 	// +optional
 	ReschedulePolicy ReschedulePolicy `json:"reschedulePolicy,omitempty"`
 	// maxAttempts bounds the attempts, restarts and reschedules together.

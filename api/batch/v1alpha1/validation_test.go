@@ -104,7 +104,9 @@ func TestTaskDefaultsAndImmutableNode(t *testing.T) {
 	if err := env.Client.Create(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	if tk.Spec.Driver != "exec" || tk.Spec.RestartPolicy != batchv1.RestartNever || tk.Spec.ReschedulePolicy != batchv1.RescheduleOnNodeLost || tk.Spec.MaxAttempts != 3 {
+	// restartPolicy and reschedulePolicy stay unset so that a FleetJob's can
+	// fill them in; the manager reads unset as Never and OnNodeLost.
+	if tk.Spec.Driver != "exec" || tk.Spec.RestartPolicy != "" || tk.Spec.ReschedulePolicy != "" || tk.Spec.MaxAttempts != 3 {
 		t.Errorf("defaults = driver %q restart %q reschedule %q attempts %d", tk.Spec.Driver, tk.Spec.RestartPolicy, tk.Spec.ReschedulePolicy, tk.Spec.MaxAttempts)
 	}
 	tk.Spec.NodeName = "edge-2"

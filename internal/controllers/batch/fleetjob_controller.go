@@ -123,11 +123,8 @@ func (w *jobRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error) {
 }
 
 // desiredSpec is the TaskGroup spec of tmpl in job: the template with the
-// job-wide settings filled in where the template has none.
-//
-// The API server defaults a template's restartPolicy to Never and its
-// reschedulePolicy to OnNodeLost, so "none" cannot be told from those
-// defaults: a job-wide policy applies where the template holds the default.
+// job-wide settings filled in where the template has none (the schema
+// gives restartPolicy and reschedulePolicy no default for this reason).
 func desiredSpec(job *batchv1.FleetJob, tmpl batchv1.TaskGroupTemplate) batchv1.TaskGroupSpec {
 	spec := batchv1.TaskGroupSpec{Count: tmpl.Count, Template: *tmpl.Template.DeepCopy()}
 	ts := &spec.Template.Spec
@@ -137,10 +134,10 @@ func desiredSpec(job *batchv1.FleetJob, tmpl batchv1.TaskGroupTemplate) batchv1.
 	if ts.Priority == 0 {
 		ts.Priority = job.Spec.Priority
 	}
-	if job.Spec.RestartPolicy != "" && (ts.RestartPolicy == "" || ts.RestartPolicy == batchv1.RestartNever) {
+	if ts.RestartPolicy == "" {
 		ts.RestartPolicy = job.Spec.RestartPolicy
 	}
-	if job.Spec.ReschedulePolicy != "" && (ts.ReschedulePolicy == "" || ts.ReschedulePolicy == batchv1.RescheduleOnNodeLost) {
+	if ts.ReschedulePolicy == "" {
 		ts.ReschedulePolicy = job.Spec.ReschedulePolicy
 	}
 	return spec

@@ -174,14 +174,16 @@ func TestDesiredSpecFillsInTheJobsSettings(t *testing.T) {
 		ReschedulePolicy: batchv1.RescheduleNever,
 	}}
 	plain := desiredSpec(job, batchv1.TaskGroupTemplate{Name: "g", Count: 2, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{
-		Command: []string{"true"}, RestartPolicy: batchv1.RestartNever, ReschedulePolicy: batchv1.RescheduleOnNodeLost}}})
+		Command: []string{"true"}}}})
 	ts := plain.Template.Spec
 	if ts.NodeSelector.MatchLabels["site"] != "a" || ts.Priority != 7 || ts.RestartPolicy != batchv1.RestartOnFailure || ts.ReschedulePolicy != batchv1.RescheduleNever || plain.Count != 2 {
 		t.Errorf("filled in: %+v", ts)
 	}
 	own := desiredSpec(job, batchv1.TaskGroupTemplate{Name: "g", Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "b"}}, Priority: 1}}})
-	if own.Template.Spec.NodeSelector.MatchLabels["site"] != "b" || own.Template.Spec.Priority != 1 {
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "b"}}, Priority: 1,
+		RestartPolicy: batchv1.RestartNever, ReschedulePolicy: batchv1.RescheduleOnNodeLost}}})
+	if own.Template.Spec.NodeSelector.MatchLabels["site"] != "b" || own.Template.Spec.Priority != 1 ||
+		own.Template.Spec.RestartPolicy != batchv1.RestartNever || own.Template.Spec.ReschedulePolicy != batchv1.RescheduleOnNodeLost {
 		t.Errorf("the template's own settings were overridden: %+v", own.Template.Spec)
 	}
 	if job.Spec.NodeSelector.MatchLabels["site"] != "a" {
