@@ -103,7 +103,8 @@ func (r *taskRunner) RunReporting(ctx context.Context, w store.Work, env Env) (s
 		// It runs; only a restart would not find it.
 		r.log.Error("cannot record a started task process", "uid", w.UID, "pid", info.PID, "err", err)
 	}
-	started := taskwire.Report{PID: info.PID, StartTime: info.StartTime.UTC().Format(time.RFC3339Nano)}
+	started := taskwire.Report{PID: info.PID, StartTime: info.StartTime.UTC().Format(time.RFC3339Nano),
+		Message: fmt.Sprintf("started as pid %d", info.PID)}
 	if err := env.Report(ctx, "Started", started.Encode()); err != nil && ctx.Err() == nil {
 		r.log.Warn("cannot report a started task", "uid", w.UID, "err", err)
 	}

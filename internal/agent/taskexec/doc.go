@@ -44,14 +44,15 @@
 // process keeps writing its logs while no agent runs (a pipe to the agent
 // would break, and kill it with SIGPIPE, at an agent restart). Rotation is
 // therefore copy-truncate, done by the monitor: a file at or over
-// Options.MaxLogBytes is copied to <name>.1 (its last MaxLogBytes bytes,
-// replacing the older copy through a rename, so a reader never sees half a
-// file) and truncated to zero; the
-// process opened it O_APPEND, so it goes on writing at the new end. Costs of
-// this choice: a file may grow past the limit by what is written in one poll
-// interval, and output written between the copy and the truncation (a
-// window of microseconds) is lost. A reader that follows stdout.log sees its
-// size drop to zero at a rotation and must start again from the beginning.
+// Options.MaxLogBytes is copied whole to <name>.1 (replacing the older copy
+// through a rename, so a reader never sees half a file) and then truncated
+// to zero; the process opened it O_APPEND, so it goes on writing at the new
+// end. Costs of this choice: a file may grow past the limit by what is
+// written in one poll interval, and output written between the end of the
+// copy and the truncation (microseconds) is lost. The inode of <name> does
+// not change: a reader that follows it sees its size drop below its offset
+// at a rotation, and goes on at that offset in <name>.1, then from the
+// start of <name>.
 //
 // # Restarts
 //

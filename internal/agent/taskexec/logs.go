@@ -10,11 +10,15 @@ import (
 )
 
 // rotate copies name to name.1 and empties it once it has max bytes or
-// more (copy-truncate: the process keeps its O_APPEND descriptor). Only the
-// last max bytes are kept (plus what is written during the copy, up to
-// another max), so a burst between two checks cannot fill the
-// disk. The copy goes through a temporary file and a rename: a reader of
-// name.1 sees the old file or the new one, never half of one.
+// more (copy-truncate: the process keeps its O_APPEND descriptor).
+//
+// name.1 is the whole old file, as a renamed file would be, so a reader
+// that followed name to offset o and then finds it shorter than o goes on
+// at offset o of name.1, then from the start of name. Hence the order: the
+// copy goes to a temporary file renamed over name.1 (a reader never sees
+// half of one), and only then is name truncated, so name.1 is already the
+// new one when a reader sees name shrink. What the process writes between
+// the end of the copy and the truncation (microseconds) is lost.
 func rotate(name string, max int64) error {
 	fi, err := os.Stat(name)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -31,9 +35,6 @@ func rotate(name string, max int64) error {
 		return err
 	}
 	defer src.Close()
-	if _, err := src.Seek(fi.Size()-max, io.SeekStart); err != nil {
-		return err
-	}
 	tmp := name + ".1.tmp"
 	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
@@ -42,15 +43,15 @@ func rotate(name string, max int64) error {
 	// Copy to the current end, including what was written since the Stat
 	// (the closer the truncation follows, the less output is lost), but
 	// bounded: a fast writer must not keep the copy going for ever.
-	_, err = io.Copy(dst, io.LimitReader(src, 2*max))
-	if err == nil {
-		err = os.Truncate(name, 0)
-	}
+	_, err = io.Copy(dst, io.LimitReader(src, fi.Size()+max))
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		err = os.Rename(tmp, name+".1")
+	}
+	if err == nil {
+		err = os.Truncate(name, 0)
 	}
 	if err != nil {
 		os.Remove(tmp)
