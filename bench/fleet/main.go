@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,6 +40,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/bench/internal/benchproc"
 )
 
 type options struct {
@@ -88,7 +88,7 @@ type runner struct {
 	o                      options
 	work                   string
 	drover, agentBin, sim  string
-	procs                  []*proc
+	procs                  []*benchproc.Proc
 	began                  time.Time
 	machine, goVer, cpuMod string
 }
@@ -97,8 +97,8 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-func (r *runner) start(name, bin string, args ...string) (*proc, error) {
-	p, err := startProc(r.work, name, bin, args...)
+func (r *runner) start(name, bin string, args ...string) (*benchproc.Proc, error) {
+	p, err := benchproc.Start(r.work, name, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,14 +109,14 @@ func (r *runner) start(name, bin string, args ...string) (*proc, error) {
 // stopAll stops every child, newest first.
 func (r *runner) stopAll() {
 	for i := len(r.procs) - 1; i >= 0; i-- {
-		r.procs[i].stop(20 * time.Second)
+		r.procs[i].Stop(20 * time.Second)
 	}
 	r.procs = nil
 }
 
-func (r *runner) stopProcs(ps ...*proc) {
+func (r *runner) stopProcs(ps ...*benchproc.Proc) {
 	for _, p := range ps {
-		p.stop(20 * time.Second)
+		p.Stop(20 * time.Second)
 	}
 	keep := r.procs[:0]
 	for _, q := range r.procs {
@@ -127,7 +127,7 @@ func (r *runner) stopProcs(ps ...*proc) {
 	r.procs = keep
 }
 
-func contains2(ps []*proc, p *proc) bool {
+func contains2(ps []*benchproc.Proc, p *benchproc.Proc) bool {
 	for _, q := range ps {
 		if q == p {
 			return true
@@ -147,7 +147,7 @@ func (r *runner) run(ctx context.Context) error {
 	} else if err := os.MkdirAll(r.work, 0o755); err != nil {
 		return err
 	}
-	r.machine, r.cpuMod = machine()
+	r.machine, r.cpuMod = benchproc.Machine()
 	r.goVer = runtime.Version()
 	logf("fleet: %d agents, work dir %s, %s", r.o.agents, r.work, r.machine)
 	if err := r.binaries(ctx); err != nil {
@@ -203,9 +203,9 @@ func (r *runner) binaries(ctx context.Context) error {
 }
 
 // startSims starts agentsim processes for r.o.agents agents in total.
-func (r *runner) startSims(tag, hub, caFile, token string) ([]*proc, error) {
+func (r *runner) startSims(tag, hub, caFile, token string) ([]*benchproc.Proc, error) {
 	n := (r.o.agents + r.o.perProc - 1) / r.o.perProc
-	var ps []*proc
+	var ps []*benchproc.Proc
 	first := 0
 	for i := range n {
 		count := r.o.agents / n
@@ -230,18 +230,18 @@ func (r *runner) startSims(tag, hub, caFile, token string) ([]*proc, error) {
 	return ps, nil
 }
 
-func sumStat(ps []*proc, k string) int64 {
+func sumStat(ps []*benchproc.Proc, k string) int64 {
 	var t int64
 	for _, p := range ps {
-		t += p.statInt(k)
+		t += p.StatInt(k)
 	}
 	return t
 }
 
-func anyExited(ps []*proc) error {
+func anyExited(ps []*benchproc.Proc) error {
 	for _, p := range ps {
-		if p.exited() {
-			return fmt.Errorf("%s exited (%v); see %s", p.name, p.err, p.log.Name())
+		if p.Exited() {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name(), p.ExitErr(), p.LogPath())
 		}
 	}
 	return nil
@@ -249,7 +249,7 @@ func anyExited(ps []*proc) error {
 
 // waitConnected polls until both the agents and the server side count want
 // connections, and returns how long it took.
-func (r *runner) waitConnected(ctx context.Context, ps []*proc, server func() (int64, error), want int64) (time.Duration, error) {
+func (r *runner) waitConnected(ctx context.Context, ps []*benchproc.Proc, server func() (int64, error), want int64) (time.Duration, error) {
 	began := time.Now()
 	lastLog := began
 	for {
@@ -281,19 +281,19 @@ func (r *runner) waitConnected(ctx context.Context, ps []*proc, server func() (i
 	}
 }
 
-func readAll(ps []*proc) []procUsage {
-	out := make([]procUsage, len(ps))
+func readAll(ps []*benchproc.Proc) []benchproc.Usage {
+	out := make([]benchproc.Usage, len(ps))
 	for i, p := range ps {
-		out[i], _ = readUsage(p.pid())
+		out[i], _ = benchproc.ReadUsage(p.PID())
 	}
 	return out
 }
 
 // simUsage sums the agentsim processes: RSS at the end, CPU % over the window.
-func simUsage(a, b []procUsage) (rssKiB int64, cpuPct float64) {
+func simUsage(a, b []benchproc.Usage) (rssKiB int64, cpuPct float64) {
 	for i := range b {
-		rssKiB += b[i].rssKiB
-		cpuPct += cpuPercent(a[i], b[i])
+		rssKiB += b[i].RSSKiB
+		cpuPct += benchproc.CPUPercent(a[i], b[i])
 	}
 	return
 }
@@ -317,7 +317,7 @@ func (r *runner) runBaseline(ctx context.Context) (*baseline, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, err := echo.waitLine(ctx, "ready hub=", 30*time.Second)
+	addr, err := echo.WaitLine(ctx, "ready hub=", 30*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +325,7 @@ func (r *runner) runBaseline(ctx context.Context) (*baseline, error) {
 	if err != nil {
 		return nil, err
 	}
-	took, err := r.waitConnected(ctx, sims, func() (int64, error) { return echo.statInt("sessions"), nil }, int64(r.o.agents))
+	took, err := r.waitConnected(ctx, sims, func() (int64, error) { return echo.StatInt("sessions"), nil }, int64(r.o.agents))
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +333,7 @@ func (r *runner) runBaseline(ctx context.Context) (*baseline, error) {
 	settle(ctx, 5*time.Second)
 	e0, s0 := mustUsage(echo), readAll(sims)
 	hb0 := sumStat(sims, "heartbeats")
-	minSessions := echo.statInt("sessions")
+	minSessions := echo.StatInt("sessions")
 	end := time.Now().Add(r.o.baselineIdle)
 	for time.Now().Before(end) {
 		settle(ctx, min(10*time.Second, time.Until(end)))
@@ -343,10 +343,10 @@ func (r *runner) runBaseline(ctx context.Context) (*baseline, error) {
 		if err := anyExited(append(sims, echo)); err != nil {
 			return nil, err
 		}
-		minSessions = min(minSessions, echo.statInt("sessions"))
+		minSessions = min(minSessions, echo.StatInt("sessions"))
 	}
 	e1, s1 := mustUsage(echo), readAll(sims)
-	b := &baseline{agents: r.o.agents, connect: took, window: e1.at.Sub(e0.at), rssKiB: e1.rssKiB, cpuPct: cpuPercent(e0, e1),
+	b := &baseline{agents: r.o.agents, connect: took, window: e1.At.Sub(e0.At), rssKiB: e1.RSSKiB, cpuPct: benchproc.CPUPercent(e0, e1),
 		sessions: minSessions, heartbeats: sumStat(sims, "heartbeats") - hb0}
 	b.simRSSKiB, b.simCPUPct = simUsage(s0, s1)
 	logf("baseline: echo hub RSS %.1f MiB, CPU %.2f%% over %s; agentsim RSS %.1f MiB", mib(b.rssKiB), b.cpuPct, b.window.Round(time.Second), mib(b.simRSSKiB))
@@ -354,10 +354,10 @@ func (r *runner) runBaseline(ctx context.Context) (*baseline, error) {
 	return b, nil
 }
 
-func mustUsage(p *proc) procUsage {
-	u, err := readUsage(p.pid())
+func mustUsage(p *benchproc.Proc) benchproc.Usage {
+	u, err := benchproc.ReadUsage(p.PID())
 	if err != nil {
-		logf("read usage of %s: %v", p.name, err)
+		logf("read usage of %s: %v", p.Name(), err)
 	}
 	return u
 }
@@ -406,7 +406,7 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig, err := cp.waitLine(ctx, "ready kubeconfig=", 5*time.Minute)
+	kubeconfig, err := cp.WaitLine(ctx, "ready kubeconfig=", 5*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -414,11 +414,11 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("drover token create: %v\n%s", err, out)
 	}
-	token := lastToken(string(out))
+	token := benchproc.LastToken(string(out))
 	if token == "" {
 		return nil, fmt.Errorf("drover token create printed no token:\n%s", out)
 	}
-	port, err := freePort()
+	port, err := benchproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -427,11 +427,11 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, err := hub.waitLine(ctx, "ready hub=", 2*time.Minute)
+	addr, err := hub.WaitLine(ctx, "ready hub=", 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	logf("hub %s (pid %d), control plane pid %d", addr, hub.pid(), cp.pid())
+	logf("hub %s (pid %d), control plane pid %d", addr, hub.PID(), cp.PID())
 	caPEM, err := exec.CommandContext(ctx, r.drover, "ca", "--kubeconfig", kubeconfig).Output()
 	if err != nil {
 		return nil, fmt.Errorf("drover ca: %v", err)
@@ -453,27 +453,27 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	apiURL := strings.TrimSuffix(cfg.Host, "/") + "/metrics"
 	hubURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	sessions := func() (int64, error) {
-		ss, err := scrape(ctx, http.DefaultClient, hubURL, "drover_hub_sessions")
+		ss, err := benchproc.Scrape(ctx, http.DefaultClient, hubURL, "drover_hub_sessions")
 		if err != nil || len(ss) == 0 {
 			return 0, err
 		}
-		return int64(ss[0].value), nil
+		return int64(ss[0].Value), nil
 	}
 	hubSnap := func() (writes map[string]float64, heartbeats float64, err error) {
-		ss, err := scrape(ctx, http.DefaultClient, hubURL, "drover_hub_api_writes_total", "drover_hub_messages_received_total")
+		ss, err := benchproc.Scrape(ctx, http.DefaultClient, hubURL, "drover_hub_api_writes_total", "drover_hub_messages_received_total")
 		if err != nil {
 			return nil, 0, err
 		}
-		writes = sumBy(ss, "drover_hub_api_writes_total", func(l map[string]string) string { return l["reason"] })
-		heartbeats = sumBy(ss, "drover_hub_messages_received_total", func(l map[string]string) string { return l["kind"] })["KIND_HEARTBEAT"]
+		writes = benchproc.SumBy(ss, "drover_hub_api_writes_total", func(l map[string]string) string { return l["reason"] })
+		heartbeats = benchproc.SumBy(ss, "drover_hub_messages_received_total", func(l map[string]string) string { return l["kind"] })["KIND_HEARTBEAT"]
 		return writes, heartbeats, nil
 	}
 	apiSnap := func() (map[string]float64, error) {
-		ss, err := scrape(ctx, apiHTTP, apiURL, "apiserver_request_total")
+		ss, err := benchproc.Scrape(ctx, apiHTTP, apiURL, "apiserver_request_total")
 		if err != nil {
 			return nil, err
 		}
-		return apiWrites(ss), nil
+		return benchproc.APIWrites(ss), nil
 	}
 	apiStart, err := apiSnap()
 	if err != nil {
@@ -491,7 +491,7 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	}
 	logf("hub: %d agents connected in %s (%.1f/s)", r.o.agents, res.connect.Round(time.Second), float64(r.o.agents)/res.connect.Seconds())
 
-	var real *proc
+	var real *benchproc.Proc
 	var realUp time.Time
 	want := int64(r.o.agents)
 	if r.o.realAgent {
@@ -506,7 +506,7 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 		}
 		realUp = time.Now()
 		res.realAgents = 1
-		logf("real drover-agent connected (pid %d)", real.pid())
+		logf("real drover-agent connected (pid %d)", real.PID())
 	}
 	settle(ctx, 5*time.Second) // let the last NodeState writes land before the window opens
 
@@ -518,12 +518,12 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.apiWritesRamp = delta(apiStart, apiW0)
+	res.apiWritesRamp = benchproc.Delta(apiStart, apiW0)
 	res.hubWritesRamp = hubW0
 	h0, c0, s0 := mustUsage(hub), mustUsage(cp), readAll(sims)
 	simHB0, simHBErr0, simSE0 := sumStat(sims, "heartbeats"), sumStat(sims, "hb_errors"), sumStat(sims, "stream_errors")
 	res.minSessions, _ = sessions()
-	res.hubRSSMaxKiB = h0.rssKiB
+	res.hubRSSMaxKiB = h0.RSSKiB
 	logf("idle window: %s", r.o.idle)
 	end := time.Now().Add(r.o.idle)
 	var hbMeanSum float64
@@ -534,7 +534,7 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		all := append([]*proc{hub, cp}, sims...)
+		all := append([]*benchproc.Proc{hub, cp}, sims...)
 		if real != nil {
 			all = append(all, real)
 		}
@@ -544,17 +544,17 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 		if n, err := sessions(); err == nil {
 			res.minSessions = min(res.minSessions, n)
 		}
-		if u, err := readUsage(hub.pid()); err == nil {
-			res.hubRSSMaxKiB = max(res.hubRSSMaxKiB, u.rssKiB)
+		if u, err := benchproc.ReadUsage(hub.PID()); err == nil {
+			res.hubRSSMaxKiB = max(res.hubRSSMaxKiB, u.RSSKiB)
 		}
 		for _, p := range sims {
-			hbMeanSum += p.statFloat("hb_mean_ms")
+			hbMeanSum += p.StatFloat("hb_mean_ms")
 			hbMeanN++
 		}
 		if time.Since(lastLog) >= time.Minute {
 			lastLog = time.Now()
 			u := mustUsage(hub)
-			logf("  idle %s: sessions min %d, hub RSS %.0f MiB, hub CPU %.1f%% so far", time.Until(end).Round(time.Second), res.minSessions, mib(u.rssKiB), cpuPercent(h0, u))
+			logf("  idle %s: sessions min %d, hub RSS %.0f MiB, hub CPU %.1f%% so far", time.Until(end).Round(time.Second), res.minSessions, mib(u.RSSKiB), benchproc.CPUPercent(h0, u))
 		}
 	}
 	h1, c1, s1 := mustUsage(hub), mustUsage(cp), readAll(sims)
@@ -569,12 +569,12 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	if n, err := sessions(); err == nil {
 		res.minSessions = min(res.minSessions, n)
 	}
-	res.window = h1.at.Sub(h0.at)
-	res.hubRSSKiB, res.hubHWM, res.hubCPUPct = h1.rssKiB, h1.hwmKiB, cpuPercent(h0, h1)
-	res.cpRSSKiB, res.cpCPUPct = c1.rssKiB, cpuPercent(c0, c1)
+	res.window = h1.At.Sub(h0.At)
+	res.hubRSSKiB, res.hubHWM, res.hubCPUPct = h1.RSSKiB, h1.HWMKiB, benchproc.CPUPercent(h0, h1)
+	res.cpRSSKiB, res.cpCPUPct = c1.RSSKiB, benchproc.CPUPercent(c0, c1)
 	res.simRSSKiB, res.simCPUPct = simUsage(s0, s1)
-	res.apiWrites = delta(apiW0, apiW1)
-	res.hubWrites = delta(hubW0, hubW1)
+	res.apiWrites = benchproc.Delta(apiW0, apiW1)
+	res.hubWrites = benchproc.Delta(hubW0, hubW1)
 	res.heartbeats = hb1 - hb0
 	res.simHeartbeats = sumStat(sims, "heartbeats") - simHB0
 	res.simHBErrors = sumStat(sims, "hb_errors") - simHBErr0
@@ -589,8 +589,8 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 			settle(ctx, wait)
 		}
 		u := mustUsage(real)
-		res.realRSSKiB, res.realHWMKiB, res.realIdle = u.rssKiB, u.hwmKiB, time.Since(realUp)
-		res.realAnonKiB, res.realFileKiB = u.anonKiB, u.fileKiB
+		res.realRSSKiB, res.realHWMKiB, res.realIdle = u.RSSKiB, u.HWMKiB, time.Since(realUp)
+		res.realAnonKiB, res.realFileKiB = u.AnonKiB, u.FileKiB
 	}
 
 	// Count Online FleetNodes after the window, so the list does not load it.
@@ -617,11 +617,11 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 }
 
 // waitSessions polls the hub until it holds want sessions.
-func waitSessions(ctx context.Context, p *proc, sessions func() (int64, error), want int64, timeout time.Duration) error {
+func waitSessions(ctx context.Context, p *benchproc.Proc, sessions func() (int64, error), want int64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if p.exited() {
-			return fmt.Errorf("%s exited (%v); see %s", p.name, p.err, p.log.Name())
+		if p.Exited() {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name(), p.ExitErr(), p.LogPath())
 		}
 		if n, err := sessions(); err == nil && n >= want {
 			return nil
@@ -637,52 +637,7 @@ func waitSessions(ctx context.Context, p *proc, sessions func() (int64, error), 
 	}
 }
 
-// lastToken finds the token ("id.secret") in `drover token create` output.
-func lastToken(out string) string {
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := strings.TrimSpace(lines[i])
-		if l != "" && !strings.ContainsAny(l, " \t=") && strings.Count(l, ".") == 1 {
-			return l
-		}
-	}
-	return ""
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func mib(kib int64) float64 { return float64(kib) / 1024 }
-
-// machine describes the host: CPU model, cores, RAM.
-func machine() (desc, model string) {
-	model = "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	memGiB := 0.0
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb float64
-				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
-				memGiB = kb / (1 << 20)
-			}
-		}
-	}
-	return fmt.Sprintf("%s, %d cores, %.0f GiB RAM, %s/%s", model, runtime.NumCPU(), memGiB, runtime.GOOS, runtime.GOARCH), model
-}
 
 // sortedKeys returns m's keys in order.
 func sortedKeys(m map[string]float64) []string {

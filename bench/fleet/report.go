@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/drover-fleet/drover/bench/internal/benchproc"
 )
 
 // Goals from the issue.
@@ -74,7 +76,7 @@ func (r *runner) report(res *hubResult, base *baseline) string {
 		res.hubCPUPct, res.hubCPUPct/float64(nodes)*1000, baseCPU, cpuRatio)
 
 	fleetW := res.apiWrites["fleetnodes/status"] + res.apiWrites["fleetnodes"]
-	allW := total(res.apiWrites)
+	allW := benchproc.Total(res.apiWrites)
 	p("| FleetNode writes per idle node per minute | %.3f (%s writes) | | | ≤ %.1f | %s |\n",
 		perNodeMin(fleetW), thousands(int64(fleetW)), goalWritesPerNode, verdict(perNodeMin(fleetW) <= goalWritesPerNode))
 	p("| all apiserver writes per idle node per minute | %.3f (%s writes) | | | ≤ %.1f | %s |\n",
@@ -102,7 +104,7 @@ func (r *runner) report(res *hubResult, base *baseline) string {
 	p("apiserver writes in the idle window, by resource: %s\n\n", fmtCounts(res.apiWrites))
 	p("hub FleetNode writes in the idle window, by reason (drover_hub_api_writes_total): %s\n\n", fmtCounts(res.hubWrites))
 	p("During the ramp (start to window): apiserver writes %s; hub writes by reason %s (%.1f per node)\n\n",
-		fmtCounts(res.apiWritesRamp), fmtCounts(res.hubWritesRamp), total(res.hubWritesRamp)/float64(nodes))
+		fmtCounts(res.apiWritesRamp), fmtCounts(res.hubWritesRamp), benchproc.Total(res.hubWritesRamp)/float64(nodes))
 	if base != nil {
 		p("Baseline: agentsim's echo hub (same gRPC server options and TLS, certificates signed in memory, no API) with the same %s agents, idle window %s, %s heartbeats.\n",
 			thousands(int64(base.agents)), base.window.Round(time.Second), thousands(base.heartbeats))

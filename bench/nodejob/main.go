@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,6 +49,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/bench/internal/benchproc"
 )
 
 const (
@@ -120,22 +120,22 @@ type runner struct {
 	o                     options
 	work                  string
 	drover, agentBin, sim string
-	procs                 []*proc
+	procs                 []*benchproc.Proc
 
 	kubeconfig, token, hubAddr, caFile string
 	cfg                                *rest.Config
 	c                                  client.Client
 	apiHTTP                            *http.Client
 	hubMetrics, mgrMetrics             string
-	hub                                *proc
+	hub                                *benchproc.Proc
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-func (r *runner) start(name, bin string, args ...string) (*proc, error) {
-	p, err := startProc(r.work, name, bin, args...)
+func (r *runner) start(name, bin string, args ...string) (*benchproc.Proc, error) {
+	p, err := benchproc.Start(r.work, name, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (r *runner) start(name, bin string, args ...string) (*proc, error) {
 // stopAll stops every child, newest first.
 func (r *runner) stopAll() {
 	for i := len(r.procs) - 1; i >= 0; i-- {
-		r.procs[i].stop(20 * time.Second)
+		r.procs[i].Stop(20 * time.Second)
 	}
 	r.procs = nil
 }
@@ -161,7 +161,7 @@ func (r *runner) run(ctx context.Context) error {
 	} else if err := os.MkdirAll(r.work, 0o755); err != nil {
 		return err
 	}
-	mach := machine()
+	mach, _ := benchproc.Machine()
 	logf("nodejob: %d simulated nodes, jobs at concurrency %v, work dir %s, %s", r.o.nodes, r.o.jobConc, r.work, mach)
 	if err := r.binaries(ctx); err != nil {
 		return err
@@ -232,21 +232,21 @@ func (r *runner) startControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.kubeconfig, err = cp.waitLine(ctx, "ready kubeconfig=", 5*time.Minute); err != nil {
+	if r.kubeconfig, err = cp.WaitLine(ctx, "ready kubeconfig=", 5*time.Minute); err != nil {
 		return err
 	}
 	out, err := exec.CommandContext(ctx, r.drover, "token", "create", "--kubeconfig", r.kubeconfig, "--auto-approve", "--ttl", "0", "--description", "bench/nodejob").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("drover token create: %v\n%s", err, out)
 	}
-	if r.token = lastToken(string(out)); r.token == "" {
+	if r.token = benchproc.LastToken(string(out)); r.token == "" {
 		return fmt.Errorf("drover token create printed no token:\n%s", out)
 	}
-	hubPort, err := freePort()
+	hubPort, err := benchproc.FreePort()
 	if err != nil {
 		return err
 	}
-	mgrPort, err := freePort()
+	mgrPort, err := benchproc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (r *runner) startControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.hubAddr, err = r.hub.waitLine(ctx, "ready hub=", 2*time.Minute); err != nil {
+	if r.hubAddr, err = r.hub.WaitLine(ctx, "ready hub=", 2*time.Minute); err != nil {
 		return err
 	}
 	caPEM, err := exec.CommandContext(ctx, r.drover, "ca", "--kubeconfig", r.kubeconfig).Output()
@@ -292,30 +292,30 @@ func (r *runner) startControl(ctx context.Context) error {
 	if r.c, err = client.New(r.cfg, client.Options{Scheme: sch}); err != nil {
 		return err
 	}
-	logf("hub %s (pid %d), control plane pid %d", r.hubAddr, r.hub.pid(), cp.pid())
+	logf("hub %s (pid %d), control plane pid %d", r.hubAddr, r.hub.PID(), cp.PID())
 	return nil
 }
 
 func (r *runner) sessions(ctx context.Context) (int64, error) {
-	ss, err := scrape(ctx, http.DefaultClient, r.hubMetrics, "drover_hub_sessions")
+	ss, err := benchproc.Scrape(ctx, http.DefaultClient, r.hubMetrics, "drover_hub_sessions")
 	if err != nil || len(ss) == 0 {
 		return 0, err
 	}
-	return int64(ss[0].value), nil
+	return int64(ss[0].Value), nil
 }
 
 func (r *runner) apiSnap(ctx context.Context) (map[string]float64, error) {
-	ss, err := scrape(ctx, r.apiHTTP, strings.TrimSuffix(r.cfg.Host, "/")+"/metrics", "apiserver_request_total")
+	ss, err := benchproc.Scrape(ctx, r.apiHTTP, strings.TrimSuffix(r.cfg.Host, "/")+"/metrics", "apiserver_request_total")
 	if err != nil {
 		return nil, err
 	}
-	return apiWrites(ss), nil
+	return benchproc.APIWrites(ss), nil
 }
 
 // startSims starts agentsim processes for n agents named <prefix>-NNNNN.
-func (r *runner) startSims(n int) ([]*proc, error) {
+func (r *runner) startSims(n int) ([]*benchproc.Proc, error) {
 	procs := (n + r.o.perProc - 1) / r.o.perProc
-	var ps []*proc
+	var ps []*benchproc.Proc
 	first := 0
 	for i := range procs {
 		count := n / procs
@@ -341,18 +341,18 @@ func (r *runner) startSims(n int) ([]*proc, error) {
 	return ps, nil
 }
 
-func sumStat(ps []*proc, k string) int64 {
+func sumStat(ps []*benchproc.Proc, k string) int64 {
 	var t int64
 	for _, p := range ps {
-		t += p.statInt(k)
+		t += p.StatInt(k)
 	}
 	return t
 }
 
-func anyExited(ps []*proc) error {
+func anyExited(ps []*benchproc.Proc) error {
 	for _, p := range ps {
-		if p.exited() {
-			return fmt.Errorf("%s exited (%v); see %s", p.name, p.err, p.log.Name())
+		if p.Exited() {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name(), p.ExitErr(), p.LogPath())
 		}
 	}
 	return nil
@@ -408,7 +408,7 @@ func (r *runner) runSim(ctx context.Context) (*simResult, error) {
 	res.simProcs = len(sims)
 	lastLog := time.Now()
 	for {
-		if err := anyExited(append([]*proc{r.hub}, sims...)); err != nil {
+		if err := anyExited(append([]*benchproc.Proc{r.hub}, sims...)); err != nil {
 			return nil, err
 		}
 		conn := sumStat(sims, "connected")
@@ -461,7 +461,7 @@ func (r *runner) runSim(ctx context.Context) (*simResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.baselineWrites = total(delta(w0, w1))
+	res.baselineWrites = benchproc.Total(benchproc.Delta(w0, w1))
 	logf("baseline: %d writes in %s (%.0f/s); apiserver counted %.0f writes", res.baselineN, res.baseline.Round(time.Millisecond),
 		float64(res.baselineN)/res.baseline.Seconds(), res.baselineWrites)
 	settle(ctx, 3*time.Second)
@@ -482,15 +482,15 @@ func (r *runner) runSim(ctx context.Context) (*simResult, error) {
 
 func (r *runner) cpuOf(name string) (float64, bool) {
 	for _, p := range r.procs {
-		if p.name == name {
-			u, err := readUsage(p.pid())
-			return u.cpu.Seconds(), err == nil
+		if p.Name() == name {
+			u, err := benchproc.ReadUsage(p.PID())
+			return u.CPU.Seconds(), err == nil
 		}
 	}
 	return 0, false
 }
 
-func (r *runner) runJob(ctx context.Context, i, conc int, sims []*proc) (*jobRun, error) {
+func (r *runner) runJob(ctx context.Context, i, conc int, sims []*benchproc.Proc) (*jobRun, error) {
 	jr := &jobRun{concurrency: conc}
 	ver := fmt.Sprintf("v0.%d.0", i+2)
 	job := &opsv1.NodeUpgradeJob{
@@ -551,10 +551,10 @@ func (r *runner) runJob(ctx context.Context, i, conc int, sims []*proc) (*jobRun
 	if err != nil {
 		return nil, err
 	}
-	jr.writes = delta(w0, w1)
+	jr.writes = benchproc.Delta(w0, w1)
 	ct := jr.counts
 	logf("job %s: %s in %s (successful %d, failure %d, unknown %d); %.0f apiserver writes", job.Name, jr.phase, jr.wall.Round(time.Millisecond),
-		ct.Successful, ct.Failure, ct.Unknown, total(jr.writes))
+		ct.Successful, ct.Failure, ct.Unknown, benchproc.Total(jr.writes))
 
 	// Sizes: each object as the apiserver serves it (JSON).
 	base := strings.TrimSuffix(r.cfg.Host, "/") + "/apis/" + opsv1.GroupVersion.Group + "/" + opsv1.GroupVersion.Version
@@ -620,7 +620,7 @@ func (res *simResult) markdown() string {
 		if ratio > 0.5 {
 			pass = "MISS"
 		}
-		w := total(j.writes)
+		w := benchproc.Total(j.writes)
 		fmt.Fprintf(&b, "| %s | %s: %s of %s successful, %d failed, %d unknown | %s | %.3f | %s | %s | %.2f | %d | %s B | %s B | %.1f / %.1f / %.1f |\n",
 			comma(j.concurrency), j.phase, comma(int(j.counts.Successful)), comma(int(j.counts.Total)), j.counts.Failure, j.counts.Unknown,
 			j.wall.Round(time.Millisecond), ratio, pass, comma(int(w)), w/float64(res.nodes), j.slices, comma(j.maxSlice), comma(j.jobBytes),
@@ -654,51 +654,6 @@ func settle(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-// lastToken finds the token ("id.secret") in `drover token create` output.
-func lastToken(out string) string {
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := strings.TrimSpace(lines[i])
-		if l != "" && !strings.ContainsAny(l, " \t=") && strings.Count(l, ".") == 1 {
-			return l
-		}
-	}
-	return ""
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// machine describes the host: CPU model, cores, RAM.
-func machine() string {
-	model := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	memGiB := 0.0
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb float64
-				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
-				memGiB = kb / (1 << 20)
-			}
-		}
-	}
-	return fmt.Sprintf("%s, %d cores, %.0f GiB RAM, %s/%s", model, runtime.NumCPU(), memGiB, runtime.GOOS, runtime.GOARCH)
 }
 
 // sortedKeys returns m's keys in order.

@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+
+	"github.com/drover-fleet/drover/bench/internal/benchproc"
 )
 
 // Image pushed to the in-process registry: layers × layerBytes of random data.
@@ -69,7 +71,7 @@ func (r *runner) runReal(ctx context.Context) (*realResult, error) {
 	rr.pushed = time.Since(t0)
 	logf("real: pushed %s (%d × %d KiB random layers) in %s", rr.image, layers, layerBytes>>10, rr.pushed.Round(time.Millisecond))
 
-	var agents []*proc
+	var agents []*benchproc.Proc
 	began := time.Now()
 	for i := range r.o.realAgents {
 		node := fmt.Sprintf("real-%02d", i)
@@ -100,8 +102,8 @@ func (r *runner) runReal(ctx context.Context) (*realResult, error) {
 	logf("real: %d drover-agent processes Online after %s", r.o.realAgents, rr.online.Round(time.Second))
 	var cpu0 float64
 	for _, p := range agents {
-		u, _ := readUsage(p.pid())
-		cpu0 += u.cpu.Seconds()
+		u, _ := benchproc.ReadUsage(p.PID())
+		cpu0 += u.CPU.Seconds()
 	}
 
 	job := &opsv1.ImagePrePullJob{
@@ -139,11 +141,11 @@ func (r *runner) runReal(ctx context.Context) (*realResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	rr.writes = total(delta(w0, w1))
+	rr.writes = benchproc.Total(benchproc.Delta(w0, w1))
 	for _, p := range agents {
-		u, _ := readUsage(p.pid())
-		rr.agentCPU += u.cpu.Seconds()
-		rr.agentRSSKB = max(rr.agentRSSKB, u.rssKiB)
+		u, _ := benchproc.ReadUsage(p.PID())
+		rr.agentCPU += u.CPU.Seconds()
+		rr.agentRSSKB = max(rr.agentRSSKB, u.RSSKiB)
 	}
 	rr.agentCPU -= cpu0
 	logf("real: %s %s in %s", job.Name, rr.phase, rr.wall.Round(time.Millisecond))

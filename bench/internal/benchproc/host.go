@@ -30,9 +30,10 @@ func LastToken(out string) string {
 	return ""
 }
 
-// Machine describes the host: CPU model, cores, RAM.
-func Machine() string {
-	model := "unknown CPU"
+// Machine describes the host (CPU model, cores, RAM, OS/arch) and returns
+// the CPU model on its own too.
+func Machine() (desc, model string) {
+	model = "unknown CPU"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -51,5 +52,5 @@ func Machine() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s, %d cores, %.0f GiB RAM, %s/%s", model, runtime.NumCPU(), memGiB, runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("%s, %d cores, %.0f GiB RAM, %s/%s", model, runtime.NumCPU(), memGiB, runtime.GOOS, runtime.GOARCH), model
 }

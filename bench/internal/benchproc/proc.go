@@ -235,3 +235,14 @@ func CPUPercent(a, b Usage) float64 {
 
 // LogPath is the file holding the process's output.
 func (p *Proc) LogPath() string { return p.log.Name() }
+
+// Name is the name the process was started with.
+func (p *Proc) Name() string { return p.name }
+
+// ExitErr describes how an exited process ended ("" while it runs).
+func (p *Proc) ExitErr() string {
+	if !p.Exited() {
+		return ""
+	}
+	return fmt.Sprint(p.err)
+}
