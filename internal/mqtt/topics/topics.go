@@ -21,6 +21,8 @@ package topics
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 
 	"github.com/drover-fleet/drover/internal/protocol"
@@ -166,4 +168,23 @@ pattern write %[1]s/nodes/%%u/tasks/+/status
 pattern read %[1]s/nodes/%%u/tasks/dispatch
 pattern read %[1]s/nodes/%%u/response
 `, p, HubUser)
+}
+
+// BrokerURL checks a broker URL and returns it as paho wants it, with the
+// host for TLS verification.
+func BrokerURL(s string) (broker, host string, err error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return "", "", fmt.Errorf("mqtt broker %q: want ssl://host:port", s)
+	}
+	switch u.Scheme {
+	case "ssl", "tls", "mqtts":
+	default:
+		return "", "", fmt.Errorf("mqtt broker %q: scheme %q: agents talk to brokers over TLS only (ssl://host:port)", s, u.Scheme)
+	}
+	h, _, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", "", fmt.Errorf("mqtt broker %q: want ssl://host:port: %w", s, err)
+	}
+	return "ssl://" + u.Host, h, nil
 }
