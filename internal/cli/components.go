@@ -39,6 +39,7 @@ type componentOptions struct {
 	heartbeatRefresh time.Duration
 	leaderElect      bool
 	gates            featuregate.MutableFeatureGate
+	mqtt             mqttOptions
 }
 
 func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
@@ -55,6 +56,7 @@ func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.hubHosts, "hub-hosts", nil, "names and IPs for the hub's serving certificate (default: 127.0.0.1, localhost, host name)")
 	fs.DurationVar(&c.heartbeat, "heartbeat-interval", 30*time.Second, "heartbeat interval agents are told to use")
 	fs.DurationVar(&c.heartbeatRefresh, "heartbeat-refresh", 10*time.Minute, "how often a live node's coarse lastHeartbeatTime is written")
+	c.mqtt.addFlags(fs)
 }
 
 func (c *componentOptions) validate(withHub bool) error {
@@ -64,6 +66,9 @@ func (c *componentOptions) validate(withHub bool) error {
 	if withHub {
 		if _, _, err := net.SplitHostPort(c.hubListen); err != nil {
 			return fmt.Errorf("--hub-listen %q: %w", c.hubListen, err)
+		}
+		if err := c.mqtt.validate(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -143,6 +148,9 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			exec.SetHub(h)
 		}
 		if err := mgr.Add(h); err != nil {
+			return nil, err
+		}
+		if err := c.mqtt.setup(mgr, h, c.hubHosts, log); err != nil {
 			return nil, err
 		}
 		r.hub = h

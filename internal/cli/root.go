@@ -60,6 +60,7 @@ func NewRootCommand() *cobra.Command {
 		newAbortCommand(g),
 		newTokenCommand(g),
 		newCACommand(g),
+		newMQTTCommand(g),
 		newControlPlaneCommand(),
 		newCtrlKitCommand(),
 	)
