@@ -160,11 +160,13 @@ func (e *accessError) GRPCStatus() *status.Status {
 	return status.New(codes.PermissionDenied, e.Error())
 }
 
-// Close disconnects gracefully: the broker then drops the Last Will, so the
-// caller's hub session ends by the agent's next connect or by the hub's idle
-// timeout. Use it when the agent stops.
+// Close says goodbye (what the Last Will would say: a graceful disconnect
+// drops the will) so the hub ends the session now, as a gRPC hub does when
+// the stream closes, and disconnects.
 func (c *Client) Close() error {
 	c.fail(errors.New("mqtt client closed"))
+	tok := c.mc.Publish(c.layout.Register(c.opts.Node), 1, false, topics.Encode(topics.Register{Session: c.session, Gone: true}))
+	tok.WaitTimeout(2 * time.Second)
 	c.mc.Disconnect(250)
 	return nil
 }
@@ -255,8 +257,9 @@ func (c *Client) publish(ctx context.Context, topic string, b []byte) error {
 	return nil
 }
 
-// helloEvery is how often GetMessage repeats the hello until the hub answers.
-const helloEvery = 5 * time.Second
+// helloEvery is how often GetMessage repeats the hello until the hub
+// answers (a variable for tests).
+var helloEvery = 5 * time.Second
 
 // GetMessage says hello to the hub and returns the stream of its envelopes.
 // One Client carries one session: a second call replaces the first stream.

@@ -165,8 +165,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 		SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(10 * time.Second).
 		SetKeepAlive(30 * time.Second).
-		// Handlers only queue; per-node order is kept by each node's queue.
-		SetOrderMatters(false).
+		// Handlers only queue (without blocking), so they may run in
+		// order on paho's goroutine; each node's queue keeps that order.
+		SetOrderMatters(true).
 		SetOnConnectHandler(func(c paho.Client) {
 			// A clean session forgets subscriptions: make them on every connect.
 			filters := map[string]byte{}
@@ -241,14 +242,15 @@ func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
 	if kind == topics.KindNone {
 		return
 	}
+	// Queuing under b.mu lets an idle worker retire without losing a message.
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	n := b.nodes[name]
 	if n == nil {
 		n = &node{name: name, in: make(chan message, nodeQueue), quit: make(chan struct{})}
 		b.nodes[name] = n
 		go b.work(n)
 	}
-	b.mu.Unlock()
 	select {
 	case n.in <- message{kind: kind, payload: m.Payload()}:
 	default:
@@ -256,13 +258,44 @@ func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
 	}
 }
 
+// workerIdle is how long a node's worker waits without a session and without
+// messages before it retires.
+const workerIdle = time.Minute
+
+// retire removes n if it has no session and nothing queued; the caller exits.
+func (b *Bridge) retire(n *node) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n.mu.Lock()
+	busy := n.sess != nil && !n.sess.isOver()
+	n.mu.Unlock()
+	if busy || len(n.in) > 0 {
+		return false
+	}
+	delete(b.nodes, n.name)
+	return true
+}
+
 // work handles one node's messages in order.
 func (b *Bridge) work(n *node) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { <-n.quit; cancel() }()
+	go func() {
+		select {
+		case <-n.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
 	for {
 		select {
+		case <-idle.C:
+			if b.retire(n) {
+				return
+			}
+			idle.Reset(workerIdle)
 		case <-ctx.Done():
 			n.mu.Lock()
 			if n.sess != nil {

@@ -1,10 +1,16 @@
 package mqttbridge_test
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -138,5 +144,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRevokedNodeStopsOverMQTT: the hub's refusal reaches an MQTT agent as
+// it reaches a gRPC one: a revoked node's session is closed, its next hello
+// is refused with PermissionDenied, and the agent stops with a fatal error.
+func TestRevokedNodeStopsOverMQTT(t *testing.T) {
+	s := startStack(t, "embedded", "mqtt-revoke")
+	const node = "revoked-node"
+	done := s.startAgentAsync(node)
+	s.waitOnline(node)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var n fleetv1.FleetNode
+	if err := s.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Revoked = true
+	if err := s.c.Update(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var fatal *agent.FatalError
+		if !errors.As(err, &fatal) || !strings.Contains(err.Error(), "revoked") {
+			t.Fatalf("agent returned %v, want a fatal error saying the node is revoked", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("agent still running %v after its node was revoked", waitTimeout)
+	}
+	if s.hub.Connected(node) {
+		t.Error("the hub still holds a session for the revoked node")
 	}
 }

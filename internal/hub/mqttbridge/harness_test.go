@@ -252,6 +252,24 @@ func (s *stack) token() string {
 // test hook (hub envelopes it loses on purpose).
 func (s *stack) startAgent(node string, drop int, runners map[string]agent.Runner) {
 	s.t.Helper()
+	opts := s.agentOpts(node, drop, runners)
+	run(s.t, "agent "+node, func(ctx context.Context) error { return agent.Run(ctx, opts) })
+}
+
+// startAgentAsync runs an agent whose end the test checks: Run's result
+// arrives on the channel.
+func (s *stack) startAgentAsync(node string) <-chan error {
+	s.t.Helper()
+	opts := s.agentOpts(node, 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx, opts) }()
+	s.t.Cleanup(cancel)
+	return done
+}
+
+func (s *stack) agentOpts(node string, drop int, runners map[string]agent.Runner) agent.Options {
+	s.t.Helper()
 	caFile := filepath.Join(s.t.TempDir(), "ca.crt")
 	if err := os.WriteFile(caFile, s.ca.CertPEM, 0o600); err != nil {
 		s.t.Fatal(err)
@@ -262,7 +280,7 @@ func (s *stack) startAgent(node string, drop int, runners map[string]agent.Runne
 		Capacity: map[string]string{"cpu": "1"}, Runners: runners, Logger: log,
 		Connect: mqttclient.Connector(mqttclient.Options{Broker: s.url, DropDeliveries: drop, Logger: log}),
 	}
-	run(s.t, "agent "+node, func(ctx context.Context) error { return agent.Run(ctx, opts) })
+	return opts
 }
 
 // waitOnline waits until node's FleetNode is Online on this hub and its
