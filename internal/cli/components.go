@@ -22,6 +22,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/features"
 	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/nodejob/executor"
 )
@@ -76,8 +77,9 @@ func (c *componentOptions) validate(withHub bool) error {
 
 // running is what runComponents started.
 type running struct {
-	mgr ctrl.Manager
-	hub *hub.Hub
+	mgr  ctrl.Manager
+	hub  *hub.Hub
+	mqtt *mqttbridge.Bridge // nil when MQTT is off
 }
 
 // newComponents builds a controller-runtime manager holding the manager's
@@ -150,7 +152,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		if err := mgr.Add(h); err != nil {
 			return nil, err
 		}
-		if err := c.mqtt.setup(mgr, h, c.hubHosts, log); err != nil {
+		if r.mqtt, err = c.mqtt.setup(mgr, h, c.hubHosts, log); err != nil {
 			return nil, err
 		}
 		r.hub = h

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -43,9 +44,9 @@ func (m *mqttOptions) validate() error {
 
 // setup adds the MQTT bridge of h to mgr, unless MQTT is off (no broker and
 // no listen address). An external broker replaces the embedded one.
-func (m *mqttOptions) setup(mgr ctrl.Manager, h *hub.Hub, hosts []string, log *slog.Logger) error {
+func (m *mqttOptions) setup(mgr ctrl.Manager, h *hub.Hub, hosts []string, log *slog.Logger) (*mqttbridge.Bridge, error) {
 	if err := m.validate(); err != nil {
-		return err
+		return nil, err
 	}
 	o := mqttbridge.Options{Hub: h, Prefix: m.prefix, ServingHosts: hosts, Logger: log.With("component", "mqtt"), Registerer: metrics.Registry}
 	switch {
@@ -54,13 +55,28 @@ func (m *mqttOptions) setup(mgr ctrl.Manager, h *hub.Hub, hosts []string, log *s
 	case m.listen != "":
 		o.Listen = m.listen
 	default:
-		return nil
+		return nil, nil
 	}
 	b, err := mqttbridge.New(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return mgr.Add(b)
+	return b, mgr.Add(b)
+}
+
+// mqttURL waits for the MQTT bridge to connect and returns its broker's URL;
+// "" when MQTT is off.
+func (r *running) mqttURL(ctx context.Context) (string, error) {
+	if r.mqtt == nil {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	u, err := r.mqtt.BrokerURL(ctx)
+	if err != nil {
+		return "", fmt.Errorf("mqtt bridge did not connect to its broker: %w", err)
+	}
+	return u, nil
 }
 
 func newMQTTCommand(g *globalOptions) *cobra.Command {

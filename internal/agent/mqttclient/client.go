@@ -150,7 +150,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 			return nil, &accessError{fmt.Errorf("broker %s refused node %s the subscription to %s (code %#x): is the broker's ACL for prefix %q?", broker, opts.Node, topic, code, layout.Prefix)}
 		}
 	}
-	c.log.Debug("mqtt connected", "session", c.session)
+	c.log.Info("mqtt connected", "session", c.session)
 	return c, nil
 }
 
