@@ -82,9 +82,9 @@ func (r *running) mqttURL(ctx context.Context) (string, error) {
 func newMQTTCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "mqtt", Short: "Helpers for carrying the agent protocol over an external MQTT broker"}
 	var (
-		ns, dir, listen, prefix, user string
-		hosts                         []string
-		validity                      time.Duration
+		ns, dir, listen, user string
+		hosts, prefixes       []string
+		validity              time.Duration
 	)
 	conf := &cobra.Command{
 		Use:   "mosquitto-config",
@@ -98,9 +98,13 @@ hubs may use every topic under the prefix. Run it with
 and start hubs with --mqtt-broker ssl://HOST:PORT.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			layout, err := topics.New(prefix)
-			if err != nil {
-				return fmt.Errorf("--prefix: %w", err)
+			var layouts []topics.Layout
+			for _, p := range prefixes {
+				l, err := topics.New(p)
+				if err != nil {
+					return fmt.Errorf("--prefix: %w", err)
+				}
+				layouts = append(layouts, l)
 			}
 			c, err := g.client()
 			if err != nil {
@@ -110,7 +114,7 @@ and start hubs with --mqtt-broker ssl://HOST:PORT.`,
 			if err != nil {
 				return fmt.Errorf("read Drover's CA: %w", err)
 			}
-			path, err := broker.WriteMosquitto(ca, broker.MosquittoConfig{Dir: dir, Listen: listen, Hosts: hosts, Layout: layout, User: user, Validity: validity})
+			path, err := broker.WriteMosquitto(ca, broker.MosquittoConfig{Dir: dir, Listen: listen, Hosts: hosts, Layouts: layouts, User: user, Validity: validity})
 			if err != nil {
 				return err
 			}
@@ -122,7 +126,7 @@ and start hubs with --mqtt-broker ssl://HOST:PORT.`,
 	conf.Flags().StringVar(&dir, "dir", "", "directory for the files (required)")
 	conf.Flags().StringVar(&listen, "listen", "0.0.0.0:8883", "the broker's TLS listener, host:port")
 	conf.Flags().StringSliceVar(&hosts, "hosts", nil, "names and IPs in the broker's certificate: what agents and hubs dial (default: the listen host, or 127.0.0.1 and localhost)")
-	conf.Flags().StringVar(&prefix, "prefix", topics.DefaultPrefix, "MQTT topic prefix (the hubs' and agents' --mqtt-prefix)")
+	conf.Flags().StringSliceVar(&prefixes, "prefix", []string{topics.DefaultPrefix}, "MQTT topic prefixes (the hubs' and agents' --mqtt-prefix), one per hub sharing the broker")
 	conf.Flags().StringVar(&user, "user", "", "system user Mosquitto runs as when started as root (its user option); it must read --dir")
 	conf.Flags().DurationVar(&validity, "validity", 365*24*time.Hour, "validity of the broker's certificate")
 	_ = conf.MarkFlagRequired("dir")

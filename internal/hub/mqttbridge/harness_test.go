@@ -197,7 +197,7 @@ func (s *stack) startMosquitto() string {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cfg := broker.MosquittoConfig{Dir: t.TempDir(), Listen: addr, Hosts: []string{"127.0.0.1"}, Layout: s.layout}
+	cfg := broker.MosquittoConfig{Dir: t.TempDir(), Listen: addr, Hosts: []string{"127.0.0.1"}, Layouts: []topics.Layout{s.layout}}
 	if os.Geteuid() == 0 {
 		cfg.User = "root" // the test's files are the test user's
 	}

@@ -3,6 +3,8 @@ package broker
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,14 +98,24 @@ func TestBrokerAdmitsOnlyDroverCertificates(t *testing.T) {
 
 func TestWriteMosquitto(t *testing.T) {
 	ca := newCA(t)
-	l, _ := topics.New("fleet")
+	a, _ := topics.New("fleet/a")
+	b, _ := topics.New("fleet/b")
 	dir := t.TempDir()
-	conf, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "127.0.0.1:8883", Layout: l})
+	conf, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "127.0.0.1:8883", Layouts: []topics.Layout{a, b}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if conf != dir+"/mosquitto.conf" {
 		t.Errorf("config at %s", conf)
+	}
+	acl, err := os.ReadFile(dir + "/acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"topic readwrite fleet/a/#", "topic readwrite fleet/b/#", "pattern read fleet/b/nodes/%u/tasks/dispatch"} {
+		if !strings.Contains(string(acl), want+"\n") {
+			t.Errorf("acl lacks %q", want)
+		}
 	}
 	if _, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "no-port"}); err == nil {
 		t.Error("a listen address without a port was accepted")

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
@@ -25,8 +26,10 @@ type MosquittoConfig struct {
 	// those agents and hubs connect to. Default: the Listen host, or
 	// 127.0.0.1 and localhost.
 	Hosts []string
-	// Layout's prefix is what the ACL allows.
-	Layout topics.Layout
+	// Layouts are the topic prefixes the ACL allows, one per hub (or group
+	// of hubs with their own agents) sharing the broker. Default: one with
+	// topics.DefaultPrefix.
+	Layouts []topics.Layout
 	// User is what Mosquitto runs as when started as root (its `user`
 	// option); empty leaves Mosquitto's default (user mosquitto), which must
 	// be able to read Dir.
@@ -45,8 +48,15 @@ func WriteMosquitto(ca *pki.CA, cfg MosquittoConfig) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mosquitto config: listen address %q: %w", cfg.Listen, err)
 	}
-	if cfg.Layout.Prefix == "" {
-		cfg.Layout.Prefix = topics.DefaultPrefix
+	if len(cfg.Layouts) == 0 {
+		cfg.Layouts = []topics.Layout{{Prefix: topics.DefaultPrefix}}
+	}
+	var acl strings.Builder
+	for i, l := range cfg.Layouts {
+		if i > 0 {
+			acl.WriteString("\n")
+		}
+		acl.WriteString(l.MosquittoACL())
 	}
 	if len(cfg.Hosts) == 0 {
 		cfg.Hosts = []string{"127.0.0.1", "localhost"}
@@ -100,7 +110,7 @@ use_identity_as_username true
 		// Readable by the broker's user only; Mosquitto reads it after
 		// dropping root.
 		{"server.key", keyPEM, 0o640},
-		{"acl", []byte(cfg.Layout.MosquittoACL()), 0o644},
+		{"acl", []byte(acl.String()), 0o644},
 		{"mosquitto.conf", []byte(conf), 0o644},
 	}
 	for _, f := range files {
