@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/pki"
+	"github.com/drover-fleet/drover/internal/protocol"
 )
 
 // Options configure an embedded broker.
@@ -77,7 +79,18 @@ func Start(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("load mqtt serving certificate: %w", err)
 	}
 	// mochi logs every connect at info: keep its chatter one level down.
-	srv := mqtt.New(&mqtt.Options{InlineClient: false, Logger: slog.New(quiet{opts.Logger.Handler()})})
+	caps := mqtt.NewDefaultServerCapabilities()
+	// An envelope is at most protocol.MaxEnvelopeBytes; leave room for the
+	// topic and a hub's answers, refuse anything far larger unread.
+	caps.MaximumPacketSize = 4 * protocol.MaxEnvelopeBytes
+	// The hub's one connection carries every node's dispatches and answers:
+	// mochi disconnects a client with more QoS 1 publishes in flight than
+	// this, so allow the most MQTT can.
+	caps.ReceiveMaximum = math.MaxUint16
+	// Nothing in the protocol is retained; a node must not be able to park
+	// messages in the broker.
+	caps.RetainAvailable = 0
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: slog.New(quiet{opts.Logger.Handler()})})
 	b := &Broker{srv: srv, log: opts.Logger}
 	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout}, nil); err != nil {
 		return nil, fmt.Errorf("mqtt broker: %w", err)

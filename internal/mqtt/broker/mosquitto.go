@@ -11,6 +11,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/pki"
+	"github.com/drover-fleet/drover/internal/protocol"
 )
 
 // MosquittoConfig describes a Mosquitto broker that enforces the same rules
@@ -92,6 +93,11 @@ func WriteMosquitto(ca *pki.CA, cfg MosquittoConfig) (string, error) {
 %[1]spersistence false
 allow_anonymous false
 acl_file %[2]s
+# An envelope is at most 1 MiB; refuse far larger packets unread.
+max_packet_size %[7]d
+# The hubs' connections carry every node's traffic: a deeper queue than the
+# default 1000 (what overflows is dropped; the protocol sends it again).
+max_queued_messages 100000
 
 %[3]s
 cafile %[4]s
@@ -99,7 +105,7 @@ certfile %[5]s
 keyfile %[6]s
 require_certificate true
 use_identity_as_username true
-`, user, filepath.Join(dir, "acl"), listener, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"))
+`, user, filepath.Join(dir, "acl"), listener, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), 4*protocol.MaxEnvelopeBytes)
 	files := []struct {
 		name string
 		data []byte
