@@ -74,9 +74,10 @@ type Bridge struct {
 	metrics metrics
 	resent  atomic.Int64
 
-	// mu guards nodes.
-	mu    sync.Mutex
-	nodes map[string]*node
+	// mu guards nodes and stopped.
+	mu      sync.Mutex
+	nodes   map[string]*node
+	stopped bool
 }
 
 // New checks opts.
@@ -201,6 +202,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 	close(b.ready)
 	<-ctx.Done()
 	b.mu.Lock()
+	b.stopped = true
 	for _, n := range b.nodes {
 		n.stop()
 	}
@@ -245,6 +247,9 @@ func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
 	// Queuing under b.mu lets an idle worker retire without losing a message.
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
 	n := b.nodes[name]
 	if n == nil {
 		n = &node{name: name, in: make(chan message, nodeQueue), quit: make(chan struct{})}
