@@ -57,6 +57,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the bridge's metrics. Default: none.
 	Registerer prometheus.Registerer
+	// DropFromAgent, for tests, loses the agent envelopes for which it
+	// returns true, as a broker with a full queue would.
+	DropFromAgent func(*agentv1.Envelope) bool
 }
 
 // Bridge is a Runnable carrying the agent protocol over MQTT.
@@ -362,6 +365,10 @@ func (b *Bridge) handle(ctx context.Context, n *node, payload []byte) {
 	env := new(agentv1.Envelope)
 	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(payload, env); err != nil || env.GetId() == "" {
 		b.log.Warn("ignoring an undecodable message", "node", n.name, "err", err)
+		return
+	}
+	if b.opts.DropFromAgent != nil && b.opts.DropFromAgent(env) {
+		b.log.Info("dropping an agent message on purpose (test hook)", "node", n.name, "id", env.GetId(), "kind", env.GetKind().String())
 		return
 	}
 	var resp *agentv1.SendResponse

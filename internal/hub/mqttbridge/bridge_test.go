@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,5 +177,47 @@ func TestRevokedNodeStopsOverMQTT(t *testing.T) {
 	}
 	if s.hub.Connected(node) {
 		t.Error("the hub still holds a session for the revoked node")
+	}
+}
+
+// TestLostReportsAreSentAgain: when the hub side loses an agent's reports
+// (here the bridge drops the first two copies of a work item's status), the
+// agent publishes them again until answered, and the hub applies the status
+// once.
+func TestLostReportsAreSentAgain(t *testing.T) {
+	for _, kind := range brokers {
+		t.Run(kind, func(t *testing.T) {
+			const uid = "w-report"
+			var mu sync.Mutex
+			dropped := 0
+			s := startStackWith(t, kind, "mqtt-reports-"+kind, func(env *agentv1.Envelope) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if env.GetStatus().GetWork().GetUid() == uid && dropped < 2 {
+					dropped++
+					return true
+				}
+				return false
+			})
+			node := kind + "-reporter"
+			runs := &counter{}
+			s.startAgent(node, 0, map[string]agent.Runner{"count": runs})
+			s.waitOnline(node)
+			s.dispatch(node, &agentv1.WorkItem{Uid: uid, Type: "count", Spec: []byte(`{}`)})
+			s.sink.waitPhase(t, node, uid, agent.PhaseSucceeded)
+			mu.Lock()
+			n := dropped
+			mu.Unlock()
+			if n != 2 {
+				t.Fatalf("the bridge dropped %d copies of the status, want 2: the test proves nothing", n)
+			}
+			time.Sleep(settle)
+			if got := s.sink.statuses(node, uid); len(got) != 1 {
+				t.Errorf("hub applied %d statuses for %s, want 1: %v", len(got), uid, got)
+			}
+			if c := runs.count(uid); c != 1 {
+				t.Errorf("%s ran %d times, want 1", uid, c)
+			}
+		})
 	}
 }

@@ -109,6 +109,12 @@ type stack struct {
 // to namespace ns.
 func startStack(t *testing.T, kind, ns string) *stack {
 	t.Helper()
+	return startStackWith(t, kind, ns, nil)
+}
+
+// startStackWith is startStack with the bridge's DropFromAgent test hook.
+func startStackWith(t *testing.T, kind, ns string, drop func(*agentv1.Envelope) bool) *stack {
+	t.Helper()
 	e := testenv.Require(t, env)
 	s := &stack{t: t, c: e.Client, ns: ns, logs: &syncBuffer{}, works: &works{}, sink: &sink{}}
 	s.log = slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -138,7 +144,7 @@ func startStack(t *testing.T, kind, ns string) *stack {
 	if s.ca, err = h.CA(ctx); err != nil {
 		t.Fatal(err)
 	}
-	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge")}
+	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge"), DropFromAgent: drop}
 	switch kind {
 	case "embedded":
 		opts.Listen = "127.0.0.1:0"
