@@ -422,7 +422,7 @@ func (r *runner) runHub(ctx context.Context) (*hubResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	hub, err := r.start("hub", r.drover, "hub", "--kubeconfig", kubeconfig, "--hub-name", "bench", "--hub-listen", "127.0.0.1:0",
+	hub, err := r.start("hub", r.drover, "hub", "--kubeconfig", kubeconfig, "--hub-name", "bench", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--heartbeat-interval", "30s", "--offline-timeout", "5m", "--log-level", "warn")
 	if err != nil {
 		return nil, err

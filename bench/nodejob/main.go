@@ -260,7 +260,7 @@ func (r *runner) startControl(ctx context.Context) error {
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mgrPort), "--pprof-bind-address", mgrPprof, "--log-level", r.o.logLevel); err != nil {
 		return err
 	}
-	r.hub, err = r.start("hub", r.drover, "hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench", "--hub-listen", "127.0.0.1:0",
+	r.hub, err = r.start("hub", r.drover, "hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", hubPort), "--pprof-bind-address", hubPprof, "--log-level", r.o.logLevel)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -47,9 +48,18 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// Runners run work items by type. "noop" is always available.
 	Runners map[string]Runner
+	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;
+	// cfg holds the node's certificate and trusted CAs). Default: gRPC to
+	// hub. An MQTT agent sets mqttclient's (see cmd). Registration always
+	// uses gRPC to Hubs.
+	Connect Connector
 	// Logger for operators. Default: discard.
 	Logger *slog.Logger
 }
+
+// Connector opens the agent protocol to a hub. Closing the Closer ends the
+// connection.
+type Connector func(ctx context.Context, hub string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error)
 
 // Runner runs one work item to an end: the phase it returns is
 // PhaseSucceeded, PhaseFailed or PhaseCancelled (anything else is recorded
@@ -137,6 +147,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Capacity == nil {
 		o.Capacity = detectCapacity()
+	}
+	if o.Connect == nil {
+		o.Connect = connectGRPC
 	}
 	if o.Version == "" {
 		o.Version = "dev"

@@ -31,12 +31,11 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(id.CAPEM)
-	conn, err := dial(hub, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: hostOf(hub), MinVersion: tls.VersionTLS13})
+	client, conn, err := a.opts.Connect(ctx, hub, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: hostOf(hub), MinVersion: tls.VersionTLS13})
 	if err != nil {
-		return err
+		return classify(hub, err)
 	}
 	defer conn.Close()
-	client := agentv1.NewAgentHubClient(conn)
 
 	hubRev, err := a.db.HubRevision(ctx)
 	if err != nil {
@@ -93,6 +92,15 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	g.Go(func() error { return a.heartbeats(ctx, client) })
 	g.Go(func() error { return a.flushOutbox(ctx, client) })
 	return g.Wait()
+}
+
+// connectGRPC is the default Connector.
+func connectGRPC(_ context.Context, hub string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error) {
+	conn, err := dial(hub, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return agentv1.NewAgentHubClient(conn), conn, nil
 }
 
 // classify turns refusals that retrying cannot fix into FatalErrors.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/features"
 	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/nodejob/executor"
 	"github.com/drover-fleet/drover/internal/task/dispatch"
@@ -41,6 +42,7 @@ type componentOptions struct {
 	heartbeatRefresh time.Duration
 	leaderElect      bool
 	gates            featuregate.MutableFeatureGate
+	mqtt             mqttOptions
 }
 
 func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
@@ -58,6 +60,7 @@ func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.hubHosts, "hub-hosts", nil, "names and IPs for the hub's serving certificate (default: 127.0.0.1, localhost, host name)")
 	fs.DurationVar(&c.heartbeat, "heartbeat-interval", 30*time.Second, "heartbeat interval agents are told to use")
 	fs.DurationVar(&c.heartbeatRefresh, "heartbeat-refresh", 10*time.Minute, "how often a live node's coarse lastHeartbeatTime is written")
+	c.mqtt.addFlags(fs)
 }
 
 func (c *componentOptions) validate(withHub bool) error {
@@ -68,14 +71,18 @@ func (c *componentOptions) validate(withHub bool) error {
 		if _, _, err := net.SplitHostPort(c.hubListen); err != nil {
 			return fmt.Errorf("--hub-listen %q: %w", c.hubListen, err)
 		}
+		if err := c.mqtt.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // running is what runComponents started.
 type running struct {
-	mgr ctrl.Manager
-	hub *hub.Hub
+	mgr  ctrl.Manager
+	hub  *hub.Hub
+	mqtt *mqttbridge.Bridge // nil when MQTT is off
 }
 
 // newComponents builds a controller-runtime manager holding the manager's
@@ -156,6 +163,9 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		}
 		tasks.SetHub(h)
 		if err := mgr.Add(h); err != nil {
+			return nil, err
+		}
+		if r.mqtt, err = c.mqtt.setup(mgr, h, c.hubHosts, log); err != nil {
 			return nil, err
 		}
 		r.hub = h

@@ -61,6 +61,7 @@ func NewRootCommand() *cobra.Command {
 		newAbortCommand(g),
 		newTokenCommand(g),
 		newCACommand(g),
+		newMQTTCommand(g),
 		newControlPlaneCommand(),
 		newCtrlKitCommand(),
 	)

@@ -35,6 +35,7 @@ type serverOptions struct {
 type serverInfo struct {
 	Kubeconfig string
 	Hub        string
+	MQTT       string // the MQTT broker's URL; "" when MQTT is off
 	CAFile     string
 	Client     client.Client
 	Log        *slog.Logger
@@ -132,15 +133,23 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 		_ = g.Wait()
 		return err
 	}
+	mqttURL, err := r.mqttURL(ctx)
+	if err != nil {
+		_ = g.Wait()
+		return err
+	}
 	kubeconfig, _ := filepath.Abs(cp.KubeconfigPath())
 	caAbs, _ := filepath.Abs(caFile)
-	fmt.Fprintf(o.out, "Drover is up (%.1fs).\n  kubeconfig: %s\n  hub:        %s\n  agent CA:   %s\n  try:        kubectl --kubeconfig %s get fleetnodes\n",
-		time.Since(began).Seconds(), kubeconfig, hubAddr, caAbs, kubeconfig)
+	fmt.Fprintf(o.out, "Drover is up (%.1fs).\n  kubeconfig: %s\n  hub:        %s\n", time.Since(began).Seconds(), kubeconfig, hubAddr)
+	if mqttURL != "" {
+		fmt.Fprintf(o.out, "  mqtt:       %s\n", mqttURL)
+	}
+	fmt.Fprintf(o.out, "  agent CA:   %s\n  try:        kubectl --kubeconfig %s get fleetnodes\n", caAbs, kubeconfig)
 	// One machine-readable line for scripts and tests.
 	fmt.Fprintf(o.out, "ready kubeconfig=%s hub=%s ca=%s\n", kubeconfig, hubAddr, caAbs)
 	if ready != nil {
 		g.Go(func() error {
-			return ready(ctx, serverInfo{Kubeconfig: kubeconfig, Hub: hubAddr, CAFile: caAbs, Client: c, Log: log})
+			return ready(ctx, serverInfo{Kubeconfig: kubeconfig, Hub: hubAddr, MQTT: mqttURL, CAFile: caAbs, Client: c, Log: log})
 		})
 	}
 	err = g.Wait()

@@ -26,6 +26,7 @@ type upOptions struct {
 	agents      int
 	agentBinary string
 	namePrefix  string
+	transport   string
 }
 
 func newUpCommand(g *globalOptions) *cobra.Command {
@@ -45,6 +46,7 @@ func newUpCommand(g *globalOptions) *cobra.Command {
 	cmd.Flags().IntVar(&o.agents, "agents", 3, "how many local drover-agent processes to start")
 	cmd.Flags().StringVar(&o.agentBinary, "agent-binary", "", "drover-agent binary (default: next to drover, on $PATH, or built from this checkout)")
 	cmd.Flags().StringVar(&o.namePrefix, "node-prefix", "node", "agents are named <prefix>-1 … <prefix>-N")
+	cmd.Flags().StringVar(&o.transport, "agent-transport", "grpc", "how the local agents talk to the hub: grpc or mqtt (the embedded broker)")
 	return cmd
 }
 
@@ -52,6 +54,15 @@ func newUpCommand(g *globalOptions) *cobra.Command {
 func (o *upOptions) Validate() error {
 	if o.agents < 0 || o.agents > 500 {
 		return fmt.Errorf("--agents %d: want 0 to 500 local agents", o.agents)
+	}
+	switch o.transport {
+	case "grpc":
+	case "mqtt":
+		if o.server.comp.mqtt.listen == "" && o.server.comp.mqtt.broker == "" {
+			return errors.New("--agent-transport mqtt needs MQTT: leave --mqtt-listen set or give --mqtt-broker")
+		}
+	default:
+		return fmt.Errorf("--agent-transport %q: want grpc or mqtt", o.transport)
 	}
 	return o.server.Validate()
 }
@@ -91,8 +102,12 @@ func (o *upOptions) Run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			cmd := exec.Command(bin, "--node", name, "--hub", info.Hub, "--token", tok.String(), "--ca-file", info.CAFile,
-				"--state-dir", dir, "--labels", "drover.io/local=true")
+			args := []string{"--node", name, "--hub", info.Hub, "--token", tok.String(), "--ca-file", info.CAFile,
+				"--state-dir", dir, "--labels", "drover.io/local=true"}
+			if o.transport == "mqtt" {
+				args = append(args, "--transport", "mqtt", "--mqtt-broker", info.MQTT, "--mqtt-prefix", o.server.comp.mqtt.prefix)
+			}
+			cmd := exec.Command(bin, args...)
 			cmd.Stdout, cmd.Stderr = logf, logf
 			if err := cmd.Start(); err != nil {
 				logf.Close()

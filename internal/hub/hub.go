@@ -230,6 +230,23 @@ func (h *Hub) Addr(ctx context.Context) (net.Addr, error) {
 	}
 }
 
+// CA waits until the hub has loaded Drover's CA (it does as it starts) and
+// returns it: other transports (the MQTT bridge) authenticate nodes with it.
+func (h *Hub) CA(ctx context.Context) (*pki.CA, error) {
+	select {
+	case <-h.ready:
+		return h.ca, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// OfflineTimeout is how long a silent node stays Online.
+func (h *Hub) OfflineTimeout() time.Duration { return h.opts.OfflineTimeout }
+
+// Logger is the hub's logger.
+func (h *Hub) Logger() *slog.Logger { return h.log }
+
 // NeedLeaderElection is false: every hub serves, none leads.
 func (h *Hub) NeedLeaderElection() bool { return false }
 

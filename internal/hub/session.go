@@ -248,6 +248,21 @@ func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStrea
 	if err != nil {
 		return err
 	}
+	return h.ServeSession(ctx, node, req, stream.Send)
+}
+
+// ServeSession runs node's session with this hub over any transport: it
+// checks the node may connect, marks it Online, and calls send with every
+// hub->agent envelope (a NodeConfiguration, a snapshot, then dispatches and
+// cancels) until ctx ends, send fails, or the session is closed (a newer
+// session of the node replaced it, the hub stops). The caller has
+// authenticated node. Errors are gRPC statuses; a refusal that retrying
+// cannot fix is Unauthenticated or PermissionDenied.
+//
+// send is called from this goroutine only, in revision order. Envelopes are
+// settled by the agent's acks (HandleMessage); a transport that can lose
+// messages re-sends what is not acked (the agent drops duplicates).
+func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMessageRequest, send func(*agentv1.Envelope) error) error {
 	if err := validateInfo(req.GetInfo()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
@@ -289,7 +304,7 @@ func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStrea
 
 	h.markOnline(ctx, node, req, now)
 
-	if err := stream.Send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
+	if err := send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
 		HeartbeatSeconds: uint32(h.opts.HeartbeatInterval / time.Second),
 		Hub:              h.opts.Name,
 	})); err != nil {
@@ -301,7 +316,7 @@ func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStrea
 	for {
 		select {
 		case env := <-s.out:
-			if err := stream.Send(env); err != nil {
+			if err := send(env); err != nil {
 				return err
 			}
 		case <-s.done:
@@ -433,6 +448,13 @@ func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.
 	if err != nil {
 		return nil, err
 	}
+	return h.HandleMessage(ctx, node, env)
+}
+
+// HandleMessage handles one envelope from node, which the transport has
+// authenticated, over any transport. Errors are gRPC statuses:
+// InvalidArgument means the envelope will never be accepted.
+func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
 	if n := proto.Size(env); n > protocol.MaxEnvelopeBytes {
 		h.metrics.rejected.WithLabelValues("too-large").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "envelope %q is %d bytes, more than the protocol's %d: %v",

@@ -155,7 +155,7 @@ func TestFleet(t *testing.T) {
 		procs := make([]*proc, 2)
 		for i, name := range []string{"hub-a", "hub-b"} {
 			procs[i] = start(t, name, c.drover, "hub", "--kubeconfig", c.kubeconfig, "--hub-name", name,
-				"--hub-listen", "127.0.0.1:0", "--metrics-bind-address", "0",
+				"--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--metrics-bind-address", "0",
 				"--heartbeat-interval", heartbeatInterval.String(), "--offline-timeout", offlineTimeout.String())
 			hubs[i] = procs[i].waitLine(t, regexp.MustCompile(`^ready hub=(\S+)$`), defaultTimeout)[1]
 		}

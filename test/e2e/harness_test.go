@@ -162,7 +162,7 @@ func startCluster(t *testing.T) *cluster {
 	}
 	dir := t.TempDir()
 	c.server = start(t, "drover server", c.drover, "server", "--data-dir", filepath.Join(dir, "server"),
-		"--hub-listen", "127.0.0.1:0", "--hub-name", "hub-main", "--metrics-bind-address", "0",
+		"--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--hub-name", "hub-main", "--metrics-bind-address", "0",
 		"--heartbeat-interval", heartbeatInterval.String(), "--offline-timeout", offlineTimeout.String())
 	m := c.server.waitLine(t, readyRE, startTimeout)
 	c.kubeconfig, c.hub, c.ca = m[1], m[2], m[3]

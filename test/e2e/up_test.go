@@ -22,7 +22,7 @@ func TestUpThenServerRestart(t *testing.T) {
 	drover := testenv.Binary(t, "./cmd/drover")
 	agent := testenv.Binary(t, "./cmd/drover-agent", "-X github.com/drover-fleet/drover/internal/agent/cmd.Version=v0.0.1-e2e")
 	dir := filepath.Join(t.TempDir(), "data")
-	common := []string{"--data-dir", dir, "--hub-listen", "127.0.0.1:0", "--metrics-bind-address", "0"}
+	common := []string{"--data-dir", dir, "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--metrics-bind-address", "0"}
 
 	up := start(t, "drover up", drover, append([]string{"up", "--agents", "2", "--agent-binary", agent}, common...)...)
 	m := up.waitLine(t, readyRE, startTimeout)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/agent/mqttclient"
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
 )
 
 // Version is set at build time: -ldflags "-X github.com/drover-fleet/drover/internal/agent/cmd.Version=v1.2.3".
@@ -40,6 +42,8 @@ func Main(args []string) int {
 		logLevel  string
 		heartbeat time.Duration
 		version   bool
+		transport string
+		mq        mqttclient.Options
 	)
 	host, _ := os.Hostname()
 	fs.StringVar(&o.Node, "node", strings.ToLower(host), "this machine's node name")
@@ -50,6 +54,9 @@ func Main(args []string) int {
 	fs.StringVar(&labels, "labels", "", "labels to report, k=v,k2=v2")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 0, "override the hub's heartbeat interval")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; registration still uses --hub)")
+	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
+	fs.StringVar(&mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -65,6 +72,27 @@ func Main(args []string) int {
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	o.Version = Version
+	switch transport {
+	case "grpc":
+	case "mqtt":
+		if mq.Broker == "" {
+			fmt.Fprintln(os.Stderr, "drover-agent: --transport mqtt needs --mqtt-broker ssl://host:port")
+			return 2
+		}
+		if _, _, err := topics.BrokerURL(mq.Broker); err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: --mqtt-broker: %v\n", err)
+			return 2
+		}
+		if _, err := topics.New(mq.Prefix); err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: --mqtt-prefix: %v\n", err)
+			return 2
+		}
+		mq.Node, mq.Logger = o.Node, o.Logger
+		o.Connect = mqttclient.Connector(mq)
+	default:
+		fmt.Fprintf(os.Stderr, "drover-agent: --transport %q: want grpc or mqtt\n", transport)
+		return 2
+	}
 	o.HeartbeatInterval = heartbeat
 	for h := range strings.SplitSeq(hubs, ",") {
 		if h = strings.TrimSpace(h); h != "" {

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
+	"github.com/drover-fleet/drover/internal/mqtt/broker"
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
+)
+
+// mqttOptions are the hub's MQTT flags.
+type mqttOptions struct {
+	listen string
+	broker string
+	prefix string
+}
+
+func (m *mqttOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&m.listen, "mqtt-listen", "127.0.0.1:8883", "TLS address of the embedded MQTT broker agents may use instead of gRPC; empty disables it")
+	fs.StringVar(&m.broker, "mqtt-broker", "", "external MQTT broker ssl://host:port to bridge instead of embedding one (see: drover mqtt mosquitto-config)")
+	fs.StringVar(&m.prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix")
+}
+
+func (m *mqttOptions) validate() error {
+	if m.broker != "" {
+		if _, _, err := topics.BrokerURL(m.broker); err != nil {
+			return fmt.Errorf("--mqtt-broker: %w", err)
+		}
+	}
+	if _, err := topics.New(m.prefix); err != nil {
+		return fmt.Errorf("--mqtt-prefix: %w", err)
+	}
+	return nil
+}
+
+// setup adds the MQTT bridge of h to mgr, unless MQTT is off (no broker and
+// no listen address). An external broker replaces the embedded one.
+func (m *mqttOptions) setup(mgr ctrl.Manager, h *hub.Hub, hosts []string, log *slog.Logger) (*mqttbridge.Bridge, error) {
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	o := mqttbridge.Options{Hub: h, Prefix: m.prefix, ServingHosts: hosts, Logger: log.With("component", "mqtt"), Registerer: metrics.Registry}
+	switch {
+	case m.broker != "":
+		o.Broker = m.broker
+	case m.listen != "":
+		o.Listen = m.listen
+	default:
+		return nil, nil
+	}
+	b, err := mqttbridge.New(o)
+	if err != nil {
+		return nil, err
+	}
+	return b, mgr.Add(b)
+}
+
+// mqttURL waits for the MQTT bridge to connect and returns its broker's URL;
+// "" when MQTT is off.
+func (r *running) mqttURL(ctx context.Context) (string, error) {
+	if r.mqtt == nil {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	u, err := r.mqtt.BrokerURL(ctx)
+	if err != nil {
+		return "", fmt.Errorf("mqtt bridge did not connect to its broker: %w", err)
+	}
+	return u, nil
+}
+
+func newMQTTCommand(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{Use: "mqtt", Short: "Helpers for carrying the agent protocol over an external MQTT broker"}
+	var (
+		ns, dir, listen, user string
+		hosts, prefixes       []string
+		validity              time.Duration
+	)
+	conf := &cobra.Command{
+		Use:   "mosquitto-config",
+		Short: "Write a Mosquitto configuration that enforces Drover's MQTT rules",
+		Long: `Write mosquitto.conf, an ACL file and a serving certificate signed by
+Drover's CA into --dir. The broker then admits only clients with a
+certificate from Drover's CA, takes the certificate's common name as the
+user, and lets each node publish and subscribe only under its own topics;
+hubs may use every topic under the prefix. Run it with
+  mosquitto -c DIR/mosquitto.conf
+and start hubs with --mqtt-broker ssl://HOST:PORT.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var layouts []topics.Layout
+			for _, p := range prefixes {
+				l, err := topics.New(p)
+				if err != nil {
+					return fmt.Errorf("--prefix: %w", err)
+				}
+				layouts = append(layouts, l)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ca, err := hub.EnsureCA(cmd.Context(), c, ns, time.Now())
+			if err != nil {
+				return fmt.Errorf("read Drover's CA: %w", err)
+			}
+			path, err := broker.WriteMosquitto(ca, broker.MosquittoConfig{Dir: dir, Listen: listen, Hosts: hosts, Layouts: layouts, User: user, Validity: validity})
+			if err != nil {
+				return err
+			}
+			cmd.Printf("Wrote %s. Run: mosquitto -c %s\n", path, path)
+			return nil
+		},
+	}
+	conf.Flags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace (holds the CA)")
+	conf.Flags().StringVar(&dir, "dir", "", "directory for the files (required)")
+	conf.Flags().StringVar(&listen, "listen", "0.0.0.0:8883", "the broker's TLS listener, host:port")
+	conf.Flags().StringSliceVar(&hosts, "hosts", nil, "names and IPs in the broker's certificate: what agents and hubs dial (default: the listen host, or 127.0.0.1 and localhost)")
+	conf.Flags().StringSliceVar(&prefixes, "prefix", []string{topics.DefaultPrefix}, "MQTT topic prefixes (the hubs' and agents' --mqtt-prefix), one per hub sharing the broker")
+	conf.Flags().StringVar(&user, "user", "", "system user Mosquitto runs as when started as root (its user option); it must read --dir")
+	conf.Flags().DurationVar(&validity, "validity", 365*24*time.Hour, "validity of the broker's certificate")
+	_ = conf.MarkFlagRequired("dir")
+	cmd.AddCommand(conf)
+	return cmd
+}

@@ -1,0 +1,442 @@
+// Package mqttbridge carries a hub's agent protocol over MQTT: the same
+// envelopes, revisions and acks as the gRPC stream, on the topics of package
+// topics. It runs beside the hub's gRPC server, against the broker it embeds
+// (package broker) or an external one (Mosquitto, EMQX).
+//
+// QoS 1 alone loses messages (a broker drops them when a client's queue is
+// full), so delivery rests on the protocol's own acks: the bridge publishes
+// again every hub envelope the agent has not acked (after ResendAfter, then
+// doubling), and the agent's revision tracker drops repeats. In the other
+// direction the agent publishes a report again until it gets its answer, and
+// the hub answers a repeated id as a duplicate. Nothing is lost or applied
+// twice.
+package mqttbridge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/mqtt/broker"
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// Options configure a Bridge.
+type Options struct {
+	// Hub runs the sessions. Required.
+	Hub *hub.Hub
+	// Listen, when set, is where the embedded broker listens (TLS).
+	Listen string
+	// Broker, when set, is an external broker's URL (ssl://host:port) to use
+	// instead of an embedded one. Its serving certificate must be signed by
+	// Drover's CA (see `drover mqtt mosquitto-config`).
+	Broker string
+	// ServingHosts are the names and IPs in the embedded broker's certificate.
+	ServingHosts []string
+	// Prefix is the topic prefix. Default: topics.DefaultPrefix.
+	Prefix string
+	// ResendAfter is how long an envelope waits for the agent's ack before
+	// it is published again (then twice as long, up to 30s). Default: 2s.
+	ResendAfter time.Duration
+	// Logger. Default: the hub's.
+	Logger *slog.Logger
+	// Registerer receives the bridge's metrics. Default: none.
+	Registerer prometheus.Registerer
+	// DropFromAgent, for tests, loses the agent envelopes for which it
+	// returns true, as a broker with a full queue would.
+	DropFromAgent func(*agentv1.Envelope) bool
+}
+
+// Bridge is a Runnable carrying the agent protocol over MQTT.
+type Bridge struct {
+	opts   Options
+	layout topics.Layout
+	log    *slog.Logger
+	hub    *hub.Hub
+
+	ready  chan struct{}
+	url    string
+	broker *broker.Broker
+	mc     paho.Client
+
+	metrics metrics
+	resent  atomic.Int64
+
+	// mu guards nodes and stopped.
+	mu      sync.Mutex
+	nodes   map[string]*node
+	stopped bool
+}
+
+// New checks opts.
+func New(opts Options) (*Bridge, error) {
+	if opts.Hub == nil {
+		return nil, errors.New("mqtt bridge: a hub is required")
+	}
+	if (opts.Listen == "") == (opts.Broker == "") {
+		return nil, errors.New("mqtt bridge: set either an address for the embedded broker (--mqtt-listen) or an external broker (--mqtt-broker)")
+	}
+	if opts.Broker != "" {
+		if _, _, err := topics.BrokerURL(opts.Broker); err != nil {
+			return nil, err
+		}
+	}
+	layout, err := topics.New(opts.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ResendAfter <= 0 {
+		opts.ResendAfter = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = opts.Hub.Logger()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Bridge{
+		opts:    opts,
+		layout:  layout,
+		log:     opts.Logger.With("transport", "mqtt"),
+		hub:     opts.Hub,
+		ready:   make(chan struct{}),
+		nodes:   map[string]*node{},
+		metrics: newMetrics(opts.Registerer),
+	}, nil
+}
+
+// NeedLeaderElection is false: every hub bridges.
+func (b *Bridge) NeedLeaderElection() bool { return false }
+
+// BrokerURL waits until the bridge is connected and returns the broker's URL
+// (the embedded broker's when it runs one).
+func (b *Bridge) BrokerURL(ctx context.Context) (string, error) {
+	select {
+	case <-b.ready:
+		return b.url, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Start runs the embedded broker (if any) and the bridge until ctx ends.
+func (b *Bridge) Start(ctx context.Context) error {
+	ca, err := b.hub.CA(ctx)
+	if err != nil {
+		return nil // stopped before the hub started
+	}
+	b.url = b.opts.Broker
+	if b.opts.Listen != "" {
+		br, err := broker.Start(broker.Options{Address: b.opts.Listen, CA: ca, ServingHosts: b.opts.ServingHosts, Layout: b.layout, Logger: b.log})
+		if err != nil {
+			return err
+		}
+		defer br.Close()
+		b.broker, b.url = br, br.URL()
+	}
+	brokerURL, host, _ := topics.BrokerURL(b.url)
+	certPEM, keyPEM, err := broker.HubClientCert(ca, time.Now(), 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("mqtt bridge: load hub client certificate: %w", err)
+	}
+	subscribed := make(chan struct{}, 1)
+	mo := paho.NewClientOptions().
+		AddBroker(brokerURL).
+		SetClientID("drover-hub-" + b.hub.Name()).
+		SetTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), ServerName: host, MinVersion: tls.VersionTLS12}).
+		SetCleanSession(true).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(time.Second).
+		SetMaxReconnectInterval(10 * time.Second).
+		SetKeepAlive(30 * time.Second).
+		// Handlers only queue (without blocking), so they may run in
+		// order on paho's goroutine; each node's queue keeps that order.
+		SetOrderMatters(true).
+		SetOnConnectHandler(func(c paho.Client) {
+			// A clean session forgets subscriptions: make them on every connect.
+			filters := map[string]byte{}
+			for _, f := range b.layout.HubFilters() {
+				filters[f] = 1
+			}
+			tok := c.SubscribeMultiple(filters, b.onMessage)
+			go func() {
+				if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+					b.log.Error("mqtt bridge cannot subscribe: is the hub's certificate allowed every topic under the prefix?", "broker", brokerURL, "prefix", b.layout.Prefix, "err", tok.Error())
+					return
+				}
+				b.log.Info("mqtt bridge subscribed", "broker", brokerURL, "prefix", b.layout.Prefix)
+				select {
+				case subscribed <- struct{}{}:
+				default:
+				}
+			}()
+		}).
+		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			b.log.Warn("mqtt bridge lost the broker; reconnecting", "broker", brokerURL, "err", err)
+		})
+	b.mc = paho.NewClient(mo)
+	b.mc.Connect() // retries in the background until it connects
+	defer b.mc.Disconnect(250)
+	select {
+	case <-subscribed:
+	case <-ctx.Done():
+		return nil
+	}
+	close(b.ready)
+	<-ctx.Done()
+	b.mu.Lock()
+	b.stopped = true
+	for _, n := range b.nodes {
+		n.stop()
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// message is one agent->hub publish.
+type message struct {
+	kind    topics.Kind
+	payload []byte
+}
+
+// nodeQueue bounds the messages waiting for one node's worker; beyond it
+// they are dropped like a full broker queue would (the agent sends again).
+const nodeQueue = 256
+
+// node is one node's worker and session on this bridge.
+type node struct {
+	name string
+	in   chan message
+
+	// mu guards sess.
+	mu   sync.Mutex
+	sess *session
+	quit chan struct{}
+}
+
+func (n *node) stop() {
+	select {
+	case <-n.quit:
+	default:
+		close(n.quit)
+	}
+}
+
+func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
+	kind, name := b.layout.Parse(m.Topic())
+	if kind == topics.KindNone {
+		return
+	}
+	// Queuing under b.mu lets an idle worker retire without losing a message.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
+	n := b.nodes[name]
+	if n == nil {
+		n = &node{name: name, in: make(chan message, nodeQueue), quit: make(chan struct{})}
+		b.nodes[name] = n
+		go b.work(n)
+	}
+	select {
+	case n.in <- message{kind: kind, payload: m.Payload()}:
+	default:
+		b.log.Warn("node's queue is full; dropping its message (it sends again)", "node", name)
+	}
+}
+
+// workerIdle is how long a node's worker waits without a session and without
+// messages before it retires.
+const workerIdle = time.Minute
+
+// retire removes n if it has no session and nothing queued; the caller exits.
+func (b *Bridge) retire(n *node) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n.mu.Lock()
+	busy := n.sess != nil && !n.sess.isOver()
+	n.mu.Unlock()
+	if busy || len(n.in) > 0 {
+		return false
+	}
+	delete(b.nodes, n.name)
+	return true
+}
+
+// work handles one node's messages in order.
+func (b *Bridge) work(n *node) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-idle.C:
+			if b.retire(n) {
+				return
+			}
+			idle.Reset(workerIdle)
+		case <-ctx.Done():
+			n.mu.Lock()
+			if n.sess != nil {
+				n.sess.cancel()
+			}
+			n.mu.Unlock()
+			return
+		case m := <-n.in:
+			if m.kind == topics.KindRegister {
+				b.register(ctx, n, m.payload)
+			} else {
+				b.handle(ctx, n, m.payload)
+			}
+		}
+	}
+}
+
+// register starts, repeats or ends n's session.
+func (b *Bridge) register(ctx context.Context, n *node, payload []byte) {
+	r, err := topics.DecodeRegister(payload)
+	if err != nil {
+		b.log.Warn("ignoring malformed register message", "node", n.name, "err", err)
+		return
+	}
+	n.mu.Lock()
+	cur := n.sess
+	n.mu.Unlock()
+	if r.Gone {
+		if cur != nil && cur.id == r.Session {
+			b.log.Info("agent's mqtt connection is gone; ending its session", "node", n.name)
+			cur.cancel()
+		}
+		return
+	}
+	if cur != nil && cur.id == r.Session && !cur.isOver() {
+		return // a repeated hello: the session runs
+	}
+	req := new(agentv1.GetMessageRequest)
+	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(r.Request, req); err != nil {
+		b.respond(n.name, topics.Response{Session: r.Session, Code: uint32(codes.InvalidArgument), Error: "malformed hello: " + err.Error()})
+		return
+	}
+	if cur != nil {
+		cur.cancel()
+	}
+	s := newSession(ctx, b, n.name, r.Session)
+	n.mu.Lock()
+	n.sess = s
+	n.mu.Unlock()
+	go s.run(req)
+}
+
+// handle passes one agent envelope to the hub and answers it.
+func (b *Bridge) handle(ctx context.Context, n *node, payload []byte) {
+	if len(payload) > 2*protocol.MaxEnvelopeBytes {
+		b.log.Warn("ignoring an oversized message", "node", n.name, "bytes", len(payload))
+		return
+	}
+	env := new(agentv1.Envelope)
+	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(payload, env); err != nil || env.GetId() == "" {
+		b.log.Warn("ignoring an undecodable message", "node", n.name, "err", err)
+		return
+	}
+	if b.opts.DropFromAgent != nil && b.opts.DropFromAgent(env) {
+		b.log.Info("dropping an agent message on purpose (test hook)", "node", n.name, "id", env.GetId(), "kind", env.GetKind().String())
+		return
+	}
+	var resp *agentv1.SendResponse
+	var err error
+	if env.GetNode() != n.name {
+		// The broker's ACL makes the topic's node the publisher's identity.
+		err = status.Errorf(codes.PermissionDenied, "node %s may not send as node %s", n.name, env.GetNode())
+	} else {
+		resp, err = b.hub.HandleMessage(ctx, n.name, env)
+	}
+	if err == nil && env.GetKind() == agentv1.Kind_KIND_ACK {
+		n.mu.Lock()
+		s := n.sess
+		n.mu.Unlock()
+		if s != nil {
+			s.acked(env.GetAckOf())
+			s.touch()
+		}
+	} else if err == nil {
+		n.mu.Lock()
+		if n.sess != nil {
+			n.sess.touch()
+		}
+		n.mu.Unlock()
+	}
+	r := topics.Response{ID: env.GetId(), Duplicate: resp.GetDuplicate(), FullSyncRequired: resp.GetFullSyncRequired()}
+	if err != nil {
+		st := status.Convert(err)
+		r.Code, r.Error = uint32(st.Code()), st.Message()
+	}
+	b.respond(n.name, r)
+}
+
+// publishTimeout bounds waiting for the broker to take one publish.
+const publishTimeout = 10 * time.Second
+
+func (b *Bridge) respond(node string, r topics.Response) {
+	tok := b.mc.Publish(b.layout.Response(node), 1, false, topics.Encode(r))
+	if !tok.WaitTimeout(publishTimeout) || tok.Error() != nil {
+		// The agent asks again when no answer comes.
+		b.log.Warn("cannot publish an answer", "node", node, "id", r.ID, "err", tok.Error())
+	}
+}
+
+func (b *Bridge) publish(topic string, payload []byte) error {
+	tok := b.mc.Publish(topic, 1, false, payload)
+	if !tok.WaitTimeout(publishTimeout) {
+		return fmt.Errorf("mqtt publish %s: broker did not take it in %v", topic, publishTimeout)
+	}
+	return tok.Error()
+}
+
+// Resent is how many envelopes the bridge published again for want of an ack.
+func (b *Bridge) Resent() int64 { return b.resent.Load() }
+
+// Unacked is how many envelopes node's MQTT session has not had acked.
+func (b *Bridge) Unacked(node string) int {
+	b.mu.Lock()
+	n := b.nodes[node]
+	b.mu.Unlock()
+	if n == nil {
+		return 0
+	}
+	n.mu.Lock()
+	s := n.sess
+	n.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	return s.unackedCount()
+}

@@ -1,0 +1,223 @@
+package mqttbridge_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// brokers are the brokers every test runs against.
+var brokers = []string{"embedded", "mosquitto"}
+
+// TestAgentsOverMQTT: real agents connect over MQTT and go Online; a
+// dispatched item runs once and its status arrives, even when the agent's
+// client loses hub messages (the bridge publishes them again until acked).
+func TestAgentsOverMQTT(t *testing.T) {
+	for _, kind := range brokers {
+		t.Run(kind, func(t *testing.T) {
+			s := startStack(t, kind, "mqtt-"+kind)
+			lossy, plain := kind+"-lossy", kind+"-plain"
+			runs := &counter{}
+			// The lossy agent drops the first two hub envelopes with a
+			// revision: its connect snapshot and the first dispatch.
+			s.startAgent(lossy, 2, map[string]agent.Runner{"count": runs})
+			s.startAgent(plain, 0, nil)
+			s.waitOnline(lossy)
+			s.waitOnline(plain)
+
+			it := &agentv1.WorkItem{Uid: "w-count", Type: "count", Spec: []byte(`{}`)}
+			s.dispatch(lossy, it)
+			s.sink.waitPhase(t, lossy, it.GetUid(), agent.PhaseSucceeded)
+			s.waitSettled(lossy)
+			if n := s.bridge.Resent(); n < 2 {
+				t.Errorf("bridge published %d envelopes again, want at least the 2 the agent dropped", n)
+			}
+			time.Sleep(settle) // a second run or status would show by now
+			if n := runs.count(it.GetUid()); n != 1 {
+				t.Errorf("%s ran %d times, want 1", it.GetUid(), n)
+			}
+			if got := s.sink.statuses(lossy, it.GetUid()); len(got) != 1 {
+				t.Errorf("hub got %d statuses for %s, want 1: %v", len(got), it.GetUid(), got)
+			}
+
+			noop := &agentv1.WorkItem{Uid: "w-noop", Type: "noop", Spec: []byte(`{}`)}
+			s.dispatch(plain, noop)
+			s.sink.waitPhase(t, plain, noop.GetUid(), agent.PhaseSucceeded)
+			s.waitSettled(plain)
+		})
+	}
+}
+
+// TestNodesAreConfinedToTheirTopics: a node's certificate can neither
+// publish on another node's status topic (the hub never sees it) nor read
+// another node's dispatches, on either broker.
+func TestNodesAreConfinedToTheirTopics(t *testing.T) {
+	for _, kind := range brokers {
+		t.Run(kind, func(t *testing.T) {
+			s := startStack(t, kind, "mqtt-acl-"+kind)
+			victim, intruderName := kind+"-victim", kind+"-intruder"
+			s.startAgent(victim, 0, nil)
+			s.waitOnline(victim)
+			intruder := s.rawNode(intruderName)
+
+			// A spy with a hub's identity sees every topic.
+			spy := &recorder{}
+			sc := s.rawClient("spy", s.hubTLS())
+			if tok := sc.Subscribe(s.layout.Prefix+"/#", 1, spy.handle); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+				t.Fatalf("spy subscribe: %v", tok.Error())
+			}
+
+			// Reading: subscriptions to the victim's topics are refused or
+			// deliver nothing.
+			peek := &recorder{}
+			pc := s.rawClient("intruder-reader", intruder)
+			for _, f := range []string{s.layout.Dispatch(victim), s.layout.Response(victim), s.layout.Prefix + "/#", s.layout.Prefix + "/nodes/+/tasks/dispatch"} {
+				tok := pc.Subscribe(f, 1, peek.handle)
+				if !tok.WaitTimeout(waitTimeout) {
+					t.Fatalf("intruder subscribe %s: no answer", f)
+				}
+				t.Logf("%s: intruder's subscription to %s: err %v, granted %v", kind, f, tok.Error(), subResult(tok))
+			}
+			it := &agentv1.WorkItem{Uid: "w-secret", Type: "noop", Spec: []byte(`{"secret":true}`)}
+			s.dispatch(victim, it)
+			s.sink.waitPhase(t, victim, it.GetUid(), agent.PhaseSucceeded)
+			s.waitSettled(victim)
+			if !slices.Contains(spy.topics(), s.layout.Dispatch(victim)) {
+				t.Fatalf("the spy did not see the victim's dispatch: the test proves nothing; spy saw %v", spy.topics())
+			}
+			if got := peek.topics(); len(got) > 0 {
+				t.Errorf("the intruder received %v", got)
+			}
+
+			// Writing: a forged status for the victim never reaches the hub.
+			forged := protocol.NewStatus(victim, 1000, &agentv1.WorkStatus{Uid: "w-forged", Phase: agent.PhaseSucceeded})
+			b, err := protocol.Encode(forged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wc := s.rawClient("intruder-writer", intruder)
+			// Mochi disconnects an MQTT 3.1.1 client that publishes where it
+			// may not; Mosquitto acks and drops it. Either is fine.
+			wc.Publish(s.layout.Status(victim, "w-forged"), 1, false, b).WaitTimeout(5 * time.Second)
+			// A control message on the intruder's own topic, from a second
+			// connection, shows when the broker has passed on what it would.
+			cc := s.rawClient("intruder-control", intruder)
+			control := s.layout.Status(intruderName, "control")
+			if tok := cc.Publish(control, 1, false, []byte("control")); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+				t.Fatalf("publish control: %v", tok.Error())
+			}
+			waitFor(t, "the spy to see the control message", func() bool { return slices.Contains(spy.topics(), control) })
+			time.Sleep(settle)
+			if slices.Contains(spy.topics(), s.layout.Status(victim, "w-forged")) {
+				t.Errorf("the broker passed on the intruder's publish to the victim's status topic")
+			}
+			if got := s.sink.statuses(victim, "w-forged"); len(got) > 0 {
+				t.Errorf("the hub applied a forged status: %v", got)
+			}
+		})
+	}
+}
+
+func subResult(tok interface{}) any {
+	type resulter interface{ Result() map[string]byte }
+	if r, ok := tok.(resulter); ok {
+		return r.Result()
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRevokedNodeStopsOverMQTT: the hub's refusal reaches an MQTT agent as
+// it reaches a gRPC one: a revoked node's session is closed, its next hello
+// is refused with PermissionDenied, and the agent stops with a fatal error.
+func TestRevokedNodeStopsOverMQTT(t *testing.T) {
+	s := startStack(t, "embedded", "mqtt-revoke")
+	const node = "revoked-node"
+	done := s.startAgentAsync(node)
+	s.waitOnline(node)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var n fleetv1.FleetNode
+	if err := s.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Revoked = true
+	if err := s.c.Update(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var fatal *agent.FatalError
+		if !errors.As(err, &fatal) || !strings.Contains(err.Error(), "revoked") {
+			t.Fatalf("agent returned %v, want a fatal error saying the node is revoked", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("agent still running %v after its node was revoked", waitTimeout)
+	}
+	if s.hub.Connected(node) {
+		t.Error("the hub still holds a session for the revoked node")
+	}
+}
+
+// TestLostReportsAreSentAgain: when the hub side loses an agent's reports
+// (here the bridge drops the first two copies of a work item's status), the
+// agent publishes them again until answered, and the hub applies the status
+// once.
+func TestLostReportsAreSentAgain(t *testing.T) {
+	for _, kind := range brokers {
+		t.Run(kind, func(t *testing.T) {
+			const uid = "w-report"
+			var mu sync.Mutex
+			dropped := 0
+			s := startStackWith(t, kind, "mqtt-reports-"+kind, func(env *agentv1.Envelope) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if env.GetStatus().GetWork().GetUid() == uid && dropped < 2 {
+					dropped++
+					return true
+				}
+				return false
+			})
+			node := kind + "-reporter"
+			runs := &counter{}
+			s.startAgent(node, 0, map[string]agent.Runner{"count": runs})
+			s.waitOnline(node)
+			s.dispatch(node, &agentv1.WorkItem{Uid: uid, Type: "count", Spec: []byte(`{}`)})
+			s.sink.waitPhase(t, node, uid, agent.PhaseSucceeded)
+			mu.Lock()
+			n := dropped
+			mu.Unlock()
+			if n != 2 {
+				t.Fatalf("the bridge dropped %d copies of the status, want 2: the test proves nothing", n)
+			}
+			time.Sleep(settle)
+			if got := s.sink.statuses(node, uid); len(got) != 1 {
+				t.Errorf("hub applied %d statuses for %s, want 1: %v", len(got), uid, got)
+			}
+			if c := runs.count(uid); c != 1 {
+				t.Errorf("%s ran %d times, want 1", uid, c)
+			}
+		})
+	}
+}

@@ -1,0 +1,239 @@
+// Package broker is the MQTT broker a hub embeds (mochi-mqtt): a TLS
+// listener that admits only clients with a certificate from Drover's CA, and
+// the topic rule of package topics for each of them.
+package broker
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
+	"github.com/drover-fleet/drover/internal/pki"
+	"github.com/drover-fleet/drover/internal/protocol"
+)
+
+// Options configure an embedded broker.
+type Options struct {
+	// Address is the TLS listen address (host:port; port 0 picks one). Required.
+	Address string
+	// CA is Drover's CA: it signs the broker's serving certificate and every
+	// client certificate the broker accepts. Required.
+	CA *pki.CA
+	// ServingHosts are the names and IPs in the serving certificate.
+	// Default: 127.0.0.1, localhost and the host name.
+	ServingHosts []string
+	// Layout is the topic layout whose rule the broker enforces.
+	Layout topics.Layout
+	// Logger for operators. Default: discard.
+	Logger *slog.Logger
+}
+
+// Broker is a running embedded broker.
+type Broker struct {
+	srv  *mqtt.Server
+	addr string
+	log  *slog.Logger
+	// refused counts connections and ACL checks the broker refused.
+	refused atomic.Int64
+}
+
+// Start listens and serves in the background until Close.
+func Start(opts Options) (*Broker, error) {
+	if opts.CA == nil {
+		return nil, errors.New("mqtt broker: a CA is required")
+	}
+	if opts.Layout.Prefix == "" {
+		opts.Layout.Prefix = topics.DefaultPrefix
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if len(opts.ServingHosts) == 0 {
+		opts.ServingHosts = []string{"127.0.0.1", "localhost"}
+		if h, err := os.Hostname(); err == nil {
+			opts.ServingHosts = append(opts.ServingHosts, h)
+		}
+	}
+	certPEM, keyPEM, err := opts.CA.IssueServing("drover-mqtt", opts.ServingHosts, time.Now(), 365*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("load mqtt serving certificate: %w", err)
+	}
+	// mochi logs every connect at info: keep its chatter one level down.
+	caps := mqtt.NewDefaultServerCapabilities()
+	// An envelope is at most protocol.MaxEnvelopeBytes; leave room for the
+	// topic and a hub's answers, refuse anything far larger unread.
+	caps.MaximumPacketSize = 4 * protocol.MaxEnvelopeBytes
+	// The hub's one connection carries every node's dispatches and answers:
+	// mochi disconnects a client with more QoS 1 publishes in flight than
+	// this, so allow the most MQTT can.
+	caps.ReceiveMaximum = math.MaxUint16
+	// Nothing in the protocol is retained; a node must not be able to park
+	// messages in the broker.
+	caps.RetainAvailable = 0
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: slog.New(quiet{opts.Logger.Handler()})})
+	b := &Broker{srv: srv, log: opts.Logger}
+	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout}, nil); err != nil {
+		return nil, fmt.Errorf("mqtt broker: %w", err)
+	}
+	l := listeners.NewTCP(listeners.Config{ID: "drover-tls", Address: opts.Address, TLSConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    opts.CA.Pool(),
+		MinVersion:   tls.VersionTLS12,
+	}})
+	if err := srv.AddListener(l); err != nil {
+		return nil, fmt.Errorf("mqtt broker listen on %s: %w", opts.Address, err)
+	}
+	if err := srv.Serve(); err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("mqtt broker: %w", err)
+	}
+	b.addr = l.Address()
+	opts.Logger.Info("mqtt broker serving agents", "address", b.addr, "prefix", opts.Layout.Prefix)
+	return b, nil
+}
+
+// Addr is the address the broker listens on.
+func (b *Broker) Addr() string { return b.addr }
+
+// URL is the broker's address as a client's broker URL (ssl://host:port),
+// with an unspecified listen address replaced by loopback.
+func (b *Broker) URL() string {
+	host, port, _ := net.SplitHostPort(b.addr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "ssl://" + net.JoinHostPort(host, port)
+}
+
+// Refused is how many connections and topic accesses the broker refused.
+func (b *Broker) Refused() int64 { return b.refused.Load() }
+
+// Close stops the broker and disconnects its clients.
+func (b *Broker) Close() error { return b.srv.Close() }
+
+// Run serves until ctx ends, then closes the broker.
+func (b *Broker) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return b.Close()
+}
+
+// identity is who a client's verified certificate says it is.
+type identity struct {
+	user string
+	hub  bool
+}
+
+// peerIdentity reads the verified client certificate of cl's connection.
+func peerIdentity(cl *mqtt.Client) (identity, error) {
+	tc, ok := cl.Net.Conn.(*tls.Conn)
+	if !ok {
+		return identity{}, errors.New("not a TLS connection")
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return identity{}, errors.New("no verified client certificate")
+	}
+	return certIdentity(st.VerifiedChains[0][0])
+}
+
+func certIdentity(c *x509.Certificate) (identity, error) {
+	switch {
+	case slices.Contains(c.Subject.Organization, topics.HubOrganization) && c.Subject.CommonName == topics.HubUser:
+		return identity{user: c.Subject.CommonName, hub: true}, nil
+	case slices.Contains(c.Subject.Organization, topics.NodeOrganization):
+		return identity{user: c.Subject.CommonName}, nil
+	}
+	return identity{}, fmt.Errorf("certificate %q is neither a node's nor a hub's", c.Subject.CommonName)
+}
+
+// authHook admits clients by certificate and applies the topic rule.
+type authHook struct {
+	mqtt.HookBase
+	b      *Broker
+	layout topics.Layout
+}
+
+func (h *authHook) ID() string { return "drover-auth" }
+
+func (h *authHook) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
+}
+
+// OnConnectAuthenticate admits a client with a node or hub certificate. The
+// user name the client sends is ignored: the certificate names it, as with
+// Mosquitto's use_identity_as_username. The will is checked here because
+// mochi does not check it when it publishes it.
+func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	id, err := peerIdentity(cl)
+	if err == nil && pk.Connect.WillFlag && !h.layout.Allowed(id.user, id.hub, topics.Publish, pk.Connect.WillTopic) {
+		err = fmt.Errorf("will topic %q is not the client's", pk.Connect.WillTopic)
+	}
+	if err != nil {
+		h.b.refused.Add(1)
+		h.b.log.Warn("mqtt connection refused", "remote", cl.Net.Remote, "client", cl.ID, "err", err)
+		return false
+	}
+	cl.Properties.Username = []byte(id.user)
+	return true
+}
+
+// OnACLCheck applies the topic rule to a publish (write) or to a
+// subscription filter and each message delivered on it (read).
+func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	id, err := peerIdentity(cl)
+	if err != nil {
+		h.b.refused.Add(1)
+		return false
+	}
+	a := topics.Subscribe
+	if write {
+		a = topics.Publish
+	}
+	if !h.layout.Allowed(id.user, id.hub, a, topic) {
+		h.b.refused.Add(1)
+		h.b.log.Warn("mqtt access refused", "user", id.user, "topic", topic, "publish", write)
+		return false
+	}
+	return true
+}
+
+// quiet lowers mochi's info records to debug.
+type quiet struct{ slog.Handler }
+
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	if l == slog.LevelInfo {
+		l = slog.LevelDebug
+	}
+	return q.Handler.Enabled(ctx, l)
+}
+
+func (q quiet) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo {
+		r.Level = slog.LevelDebug
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
+func (q quiet) WithGroup(n string) slog.Handler       { return quiet{q.Handler.WithGroup(n)} }

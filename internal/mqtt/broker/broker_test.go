@@ -1,0 +1,123 @@
+package broker
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
+	"github.com/drover-fleet/drover/internal/pki"
+)
+
+const waitTimeout = 10 * time.Second
+
+func newCA(t *testing.T) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func clientTLS(t *testing.T, signer, trusted *pki.CA, cn, org string) *tls.Config {
+	t.Helper()
+	certPEM, keyPEM, err := ClientCert(signer, cn, org, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(trusted.Cert)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+}
+
+// connect tries to connect and returns the error (nil when admitted).
+func connect(t *testing.T, url, id string, cfg *tls.Config, will string) error {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetTLSConfig(cfg).SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(waitTimeout)
+	if will != "" {
+		o.SetWill(will, "gone", 1, false)
+	}
+	c := paho.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(waitTimeout) {
+		t.Fatalf("connect %s: no answer within %v", id, waitTimeout)
+	}
+	if tok.Error() == nil {
+		c.Disconnect(0)
+	}
+	return tok.Error()
+}
+
+// TestBrokerAdmitsOnlyDroverCertificates: the TLS listener and the auth hook
+// admit nodes and hubs with certificates from Drover's CA, and nothing else.
+func TestBrokerAdmitsOnlyDroverCertificates(t *testing.T) {
+	ca, other := newCA(t), newCA(t)
+	l, _ := topics.New("")
+	b, err := Start(Options{Address: "127.0.0.1:0", CA: ca, ServingHosts: []string{"127.0.0.1"}, Layout: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cases := []struct {
+		name  string
+		cfg   *tls.Config
+		will  string
+		admit bool
+	}{
+		{"a node", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), "", true},
+		{"a node with its own will", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), l.Register("n1"), true},
+		{"a node with another node's will", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), l.Register("n2"), false},
+		{"a hub", clientTLS(t, ca, ca, topics.HubUser, topics.HubOrganization), "", true},
+		{"a hub organization with another name", clientTLS(t, ca, ca, "n1", topics.HubOrganization), "", false},
+		{"a certificate of neither kind", clientTLS(t, ca, ca, "n1", "someone"), "", false},
+		{"another CA's node certificate", clientTLS(t, other, ca, "n1", topics.NodeOrganization), "", false},
+		{"no certificate", &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, "", false},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := connect(t, b.URL(), "c"+string(rune('a'+i)), tc.cfg, tc.will)
+			if (err == nil) != tc.admit {
+				t.Errorf("admitted=%v (err %v), want %v", err == nil, err, tc.admit)
+			}
+		})
+	}
+	if b.Refused() == 0 {
+		t.Error("the broker counted no refusals")
+	}
+}
+
+func TestWriteMosquitto(t *testing.T) {
+	ca := newCA(t)
+	a, _ := topics.New("fleet/a")
+	b, _ := topics.New("fleet/b")
+	dir := t.TempDir()
+	conf, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "127.0.0.1:8883", Layouts: []topics.Layout{a, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conf != dir+"/mosquitto.conf" {
+		t.Errorf("config at %s", conf)
+	}
+	acl, err := os.ReadFile(dir + "/acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"topic readwrite fleet/a/#", "topic readwrite fleet/b/#", "pattern read fleet/b/nodes/%u/tasks/dispatch"} {
+		if !strings.Contains(string(acl), want+"\n") {
+			t.Errorf("acl lacks %q", want)
+		}
+	}
+	if _, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "no-port"}); err == nil {
+		t.Error("a listen address without a port was accepted")
+	}
+}

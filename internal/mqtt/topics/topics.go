@@ -1,0 +1,190 @@
+// Package topics is the MQTT topic layout of the agent protocol and the rule
+// that says which client may use which topic. The embedded broker, the hub's
+// bridge, the agent's client and the Mosquitto configuration all take the
+// layout from here, so the rule is written once.
+//
+// With prefix p (default "drover"):
+//
+//	p/register/{node}                 agent -> hub  session hello (Hello), and the Last Will (Gone)
+//	p/heartbeat/{node}                agent -> hub  heartbeat envelopes
+//	p/nodes/{node}/tasks/{uid}/status agent -> hub  every other agent envelope (uid "-" when none)
+//	p/nodes/{node}/tasks/dispatch     hub -> agent  every hub envelope (snapshot, dispatch, cancel, config)
+//	p/nodes/{node}/response           hub -> agent  the Response to each agent envelope, and session ends
+//
+// The K8s4r design has one shared register and heartbeat topic; here they
+// have a {node} level so that a broker ACL can tie them to the publisher's
+// identity, as it does for the rest.
+//
+// Envelopes travel as their protobuf encoding (protocol.Encode); the
+// control messages (Hello, Gone, Response) are JSON.
+package topics
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/drover-fleet/drover/internal/protocol"
+)
+
+// DefaultPrefix is the first topic level when none is configured.
+const DefaultPrefix = "drover"
+
+// HubUser is the MQTT user name (certificate common name) of hubs. It is not
+// a valid node name (a node name is a DNS-1123 subdomain, without ':'), so no
+// node can register under it and get a hub's access.
+const HubUser = "drover:hub"
+
+// HubOrganization and NodeOrganization are the certificate organizations
+// Drover's CA gives hubs' and nodes' client certificates.
+const (
+	HubOrganization  = "drover:hubs"
+	NodeOrganization = "drover:nodes"
+)
+
+// Layout builds and parses the topics under one prefix.
+type Layout struct{ Prefix string }
+
+// New returns the layout under prefix (DefaultPrefix when empty). A prefix is
+// one or more topic levels without wildcards.
+func New(prefix string) (Layout, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "+#\x00") || strings.HasPrefix(prefix, "/") || strings.HasSuffix(prefix, "/") || strings.Contains(prefix, "//") {
+		return Layout{}, fmt.Errorf("mqtt topic prefix %q: want topic levels separated by '/', without '+', '#' or empty levels", prefix)
+	}
+	return Layout{Prefix: prefix}, nil
+}
+
+// Register is node's hello and Last Will topic.
+func (l Layout) Register(node string) string { return l.Prefix + "/register/" + node }
+
+// Heartbeat is node's heartbeat topic.
+func (l Layout) Heartbeat(node string) string { return l.Prefix + "/heartbeat/" + node }
+
+// Status is the topic of node's reports about work uid; uid "" (a message
+// about no single item) and uids that cannot be a topic level become "-".
+// The level is for operators and ACLs: the hub reads the uid from the
+// envelope.
+func (l Layout) Status(node, uid string) string {
+	if uid == "" || strings.ContainsAny(uid, "/+#") {
+		uid = "-"
+	}
+	return l.Prefix + "/nodes/" + node + "/tasks/" + uid + "/status"
+}
+
+// Dispatch is the topic of every hub envelope for node.
+func (l Layout) Dispatch(node string) string { return l.Prefix + "/nodes/" + node + "/tasks/dispatch" }
+
+// Response is the topic of the hub's answers to node.
+func (l Layout) Response(node string) string { return l.Prefix + "/nodes/" + node + "/response" }
+
+// HubFilters are the subscriptions of a hub's bridge.
+func (l Layout) HubFilters() []string {
+	return []string{l.Prefix + "/register/+", l.Prefix + "/heartbeat/+", l.Prefix + "/nodes/+/tasks/+/status"}
+}
+
+// Kind is what an agent->hub topic carries.
+type Kind int
+
+// Agent->hub topic kinds.
+const (
+	KindNone Kind = iota
+	KindRegister
+	KindHeartbeat
+	KindStatus
+)
+
+// Parse returns the kind and node of an agent->hub topic, or KindNone for any
+// other topic (including hub->agent ones).
+func (l Layout) Parse(topic string) (Kind, string) {
+	rest, ok := strings.CutPrefix(topic, l.Prefix+"/")
+	if !ok {
+		return KindNone, ""
+	}
+	lv := strings.Split(rest, "/")
+	switch {
+	case len(lv) == 2 && lv[0] == "register" && protocol.ValidNodeName(lv[1]) == nil:
+		return KindRegister, lv[1]
+	case len(lv) == 2 && lv[0] == "heartbeat" && protocol.ValidNodeName(lv[1]) == nil:
+		return KindHeartbeat, lv[1]
+	case len(lv) == 5 && lv[0] == "nodes" && lv[2] == "tasks" && lv[3] != "" && lv[4] == "status" && protocol.ValidNodeName(lv[1]) == nil:
+		return KindStatus, lv[1]
+	}
+	return KindNone, ""
+}
+
+// Access is what a client wants to do with a topic.
+type Access int
+
+// Accesses checked by Allowed.
+const (
+	Publish Access = iota
+	Subscribe
+)
+
+// Allowed is the ACL: whether the client with certificate identity user
+// (common name) and organization may publish to, or subscribe to, topic (a
+// filter, for Subscribe). A hub may use every topic under the prefix; a node
+// may publish only its own register, heartbeat and status topics and
+// subscribe only to its own dispatch and response topics, without
+// wildcards. Anything else is refused.
+func (l Layout) Allowed(user string, hub bool, a Access, topic string) bool {
+	if hub {
+		return topic == l.Prefix+"/#" || strings.HasPrefix(topic, l.Prefix+"/")
+	}
+	if protocol.ValidNodeName(user) != nil {
+		return false
+	}
+	switch a {
+	case Publish:
+		if strings.ContainsAny(topic, "+#") {
+			return false
+		}
+		k, node := l.Parse(topic)
+		return k != KindNone && node == user
+	case Subscribe:
+		return topic == l.Dispatch(user) || topic == l.Response(user)
+	}
+	return false
+}
+
+// MosquittoACL is a Mosquitto acl_file with the same rule as Allowed, for
+// brokers run with use_identity_as_username (the user is the certificate's
+// common name).
+func (l Layout) MosquittoACL() string {
+	p := l.Prefix
+	return fmt.Sprintf(`# Drover agent protocol ACL (generated; see "MQTT" in Drover's README).
+# Hubs connect with the user %[2]s and may use every topic under the prefix.
+user %[2]s
+topic readwrite %[1]s/#
+
+# Every other user is a node, named by its certificate: only its own topics.
+pattern write %[1]s/register/%%u
+pattern write %[1]s/heartbeat/%%u
+pattern write %[1]s/nodes/%%u/tasks/+/status
+pattern read %[1]s/nodes/%%u/tasks/dispatch
+pattern read %[1]s/nodes/%%u/response
+`, p, HubUser)
+}
+
+// BrokerURL checks a broker URL and returns it as paho wants it, with the
+// host for TLS verification.
+func BrokerURL(s string) (broker, host string, err error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return "", "", fmt.Errorf("mqtt broker %q: want ssl://host:port", s)
+	}
+	switch u.Scheme {
+	case "ssl", "tls", "mqtts":
+	default:
+		return "", "", fmt.Errorf("mqtt broker %q: scheme %q: agents talk to brokers over TLS only (ssl://host:port)", s, u.Scheme)
+	}
+	h, _, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", "", fmt.Errorf("mqtt broker %q: want ssl://host:port: %w", s, err)
+	}
+	return "ssl://" + u.Host, h, nil
+}

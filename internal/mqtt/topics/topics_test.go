@@ -1,0 +1,131 @@
+package topics
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLayout(t *testing.T) {
+	l, err := New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got, want := range map[string]string{
+		l.Register("n1"):                  "drover/register/n1",
+		l.Heartbeat("n1"):                 "drover/heartbeat/n1",
+		l.Status("n1", "task-a-1"):        "drover/nodes/n1/tasks/task-a-1/status",
+		l.Status("n1", ""):                "drover/nodes/n1/tasks/-/status",
+		l.Status("n1", "a/b"):             "drover/nodes/n1/tasks/-/status",
+		l.Status("n1", "a+#"):             "drover/nodes/n1/tasks/-/status",
+		l.Dispatch("n1"):                  "drover/nodes/n1/tasks/dispatch",
+		l.Response("n1"):                  "drover/nodes/n1/response",
+		strings.Join(l.HubFilters(), " "): "drover/register/+ drover/heartbeat/+ drover/nodes/+/tasks/+/status",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	for _, bad := range []string{"a/+", "#", "/a", "a/", "a//b"} {
+		if _, err := New(bad); err == nil {
+			t.Errorf("New(%q) accepted a bad prefix", bad)
+		}
+	}
+	if l2, err := New("fleet/eu"); err != nil || l2.Dispatch("n") != "fleet/eu/nodes/n/tasks/dispatch" {
+		t.Errorf("New(fleet/eu) = %v, %v", l2, err)
+	}
+}
+
+func TestParse(t *testing.T) {
+	l, _ := New("p")
+	cases := []struct {
+		topic string
+		kind  Kind
+		node  string
+	}{
+		{"p/register/n1", KindRegister, "n1"},
+		{"p/heartbeat/n1", KindHeartbeat, "n1"},
+		{"p/nodes/n1/tasks/w1/status", KindStatus, "n1"},
+		{"p/nodes/n1/tasks/-/status", KindStatus, "n1"},
+		{"p/nodes/n1/tasks/dispatch", KindNone, ""},
+		{"p/nodes/n1/response", KindNone, ""},
+		{"p/register/Not_A_Node", KindNone, ""},
+		{"q/register/n1", KindNone, ""},
+		{"p/register/n1/extra", KindNone, ""},
+		{"p/nodes/n1/tasks//status", KindNone, ""},
+	}
+	for _, tc := range cases {
+		k, n := l.Parse(tc.topic)
+		if k != tc.kind || n != tc.node {
+			t.Errorf("Parse(%q) = %v %q, want %v %q", tc.topic, k, n, tc.kind, tc.node)
+		}
+	}
+}
+
+func TestAllowed(t *testing.T) {
+	l, _ := New("")
+	cases := []struct {
+		user  string
+		hub   bool
+		a     Access
+		topic string
+		want  bool
+	}{
+		{"a", false, Publish, "drover/register/a", true},
+		{"a", false, Publish, "drover/heartbeat/a", true},
+		{"a", false, Publish, "drover/nodes/a/tasks/w1/status", true},
+		{"a", false, Publish, "drover/register/b", false},
+		{"a", false, Publish, "drover/heartbeat/b", false},
+		{"a", false, Publish, "drover/nodes/b/tasks/w1/status", false},
+		{"a", false, Publish, "drover/nodes/a/tasks/dispatch", false},
+		{"a", false, Publish, "drover/nodes/a/response", false},
+		{"a", false, Publish, "drover/nodes/a/tasks/+/status", false},
+		{"a", false, Subscribe, "drover/nodes/a/tasks/dispatch", true},
+		{"a", false, Subscribe, "drover/nodes/a/response", true},
+		{"a", false, Subscribe, "drover/nodes/b/tasks/dispatch", false},
+		{"a", false, Subscribe, "drover/nodes/+/tasks/dispatch", false},
+		{"a", false, Subscribe, "drover/#", false},
+		{"a", false, Subscribe, "#", false},
+		{"a", false, Subscribe, "$SYS/#", false},
+		{HubUser, false, Publish, "drover/register/x", false}, // not a node name, not a hub certificate
+		{HubUser, true, Subscribe, "drover/#", true},
+		{HubUser, true, Publish, "drover/nodes/a/tasks/dispatch", true},
+		{HubUser, true, Subscribe, "other/#", false},
+		{HubUser, true, Subscribe, "#", false},
+	}
+	for _, tc := range cases {
+		if got := l.Allowed(tc.user, tc.hub, tc.a, tc.topic); got != tc.want {
+			t.Errorf("Allowed(%q, hub=%v, %v, %q) = %v, want %v", tc.user, tc.hub, tc.a, tc.topic, got, tc.want)
+		}
+	}
+}
+
+func TestMosquittoACLNamesEveryRule(t *testing.T) {
+	l, _ := New("fleet")
+	acl := l.MosquittoACL()
+	for _, line := range []string{
+		"user " + HubUser,
+		"topic readwrite fleet/#",
+		"pattern write fleet/register/%u",
+		"pattern write fleet/heartbeat/%u",
+		"pattern write fleet/nodes/%u/tasks/+/status",
+		"pattern read fleet/nodes/%u/tasks/dispatch",
+		"pattern read fleet/nodes/%u/response",
+	} {
+		if !strings.Contains(acl, line+"\n") {
+			t.Errorf("acl lacks %q:\n%s", line, acl)
+		}
+	}
+}
+
+func TestBrokerURL(t *testing.T) {
+	for in, want := range map[string]string{"ssl://h:8883": "h", "tls://10.0.0.1:1": "10.0.0.1", "mqtts://[::1]:8883": "::1"} {
+		if _, h, err := BrokerURL(in); err != nil || h != want {
+			t.Errorf("BrokerURL(%q) = %q, %v; want host %q", in, h, err, want)
+		}
+	}
+	for _, bad := range []string{"tcp://h:1883", "h:8883", "ssl://h", ""} {
+		if _, _, err := BrokerURL(bad); err == nil {
+			t.Errorf("BrokerURL(%q) accepted", bad)
+		}
+	}
+}
