@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -176,4 +177,39 @@ func TestNewAttemptReplacesTheOld(t *testing.T) {
 	if done.Status.Attempt != 2 {
 		t.Errorf("attempt %d Completed, want 2", done.Status.Attempt)
 	}
+}
+
+// A deleted task whose node has left the hub is let go at once: whichever
+// hub the node reconnects to sends a snapshot without it, and the agent
+// cancels it then.
+func TestDeletedTaskOnDisconnectedNode(t *testing.T) {
+	f := start(t)
+	gate, _ := f.gate("never")
+	task := f.schedule("orphan", "/bin/sh", "-c", waitFor(gate))
+	running := f.waitState(task, batchv1.TaskRunning)
+	f.stopAgent()
+	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
+		return !f.hub.Connected(f.node), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
+	if err := f.c.Delete(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone(task)
+	testenv.Eventually(t, waitTimeout, "an Event says why the task was let go", func(ctx context.Context) (bool, error) {
+		var l eventsv1.EventList
+		if err := f.c.List(ctx, &l, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == task.Name && e.Reason == ReasonCleanedUp {
+				if !strings.Contains(e.Note, "not connected to any hub") {
+					return false, fmt.Errorf("event note %q", e.Note)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

@@ -93,6 +93,8 @@ type fixture struct {
 	reg      *prometheus.Registry
 	runner   *execRunner
 	stateDir string
+	// stopAgent stops the agent and waits for it.
+	stopAgent func()
 }
 
 var nameRE = regexp.MustCompile(`[^a-z0-9]+`)
@@ -192,17 +194,21 @@ func start(t *testing.T) *fixture {
 			StateDir: f.stateDir, HeartbeatInterval: time.Second, Runners: map[string]agent.Runner{wire.TypeExec: f.runner},
 			Logger: logger.With("component", "agent")})
 	}()
-	t.Cleanup(func() {
-		acancel2()
-		select {
-		case err := <-adone:
-			if err != nil {
-				t.Errorf("agent: %v", err)
+	var once sync.Once
+	f.stopAgent = func() {
+		once.Do(func() {
+			acancel2()
+			select {
+			case err := <-adone:
+				if err != nil {
+					t.Errorf("agent: %v", err)
+				}
+			case <-time.After(stopTimeout):
+				t.Errorf("agent still running %s after stop", stopTimeout)
 			}
-		case <-time.After(stopTimeout):
-			t.Errorf("agent still running %s after stop", stopTimeout)
-		}
-	})
+		})
+	}
+	t.Cleanup(f.stopAgent)
 	testenv.Eventually(t, waitTimeout, "agent connected", func(context.Context) (bool, error) {
 		return h.Connected(f.node), nil
 	})
