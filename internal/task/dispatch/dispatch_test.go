@@ -213,3 +213,32 @@ func TestDeletedTaskOnDisconnectedNode(t *testing.T) {
 		return false, nil
 	})
 }
+
+// A task scheduled while its node is away reaches it in the snapshot the
+// node gets when it connects (WorkFor), and is written Dispatching and given
+// the finalizer then.
+func TestTaskReachesNodeOnConnect(t *testing.T) {
+	f := start(t)
+	f.stopAgent()
+	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
+		return !f.hub.Connected(f.node), nil
+	})
+	task := f.schedule("later", "/bin/sh", "-c", "echo caught up")
+	testenv.Never(t, testenv.ShortTimeout/5, "a task dispatched to a node that is away", func(context.Context) (bool, error) {
+		var got batchv1.Task
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+		defer cancel()
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &got); err != nil {
+			return false, err
+		}
+		return got.Status.State != batchv1.TaskScheduled || len(got.Finalizers) > 0, nil
+	})
+	f.startAgent()
+	done := f.waitState(task, batchv1.TaskCompleted)
+	if !strings.Contains(done.Status.OutputTail, "caught up") {
+		t.Errorf("outputTail %q", done.Status.OutputTail)
+	}
+	if !controllerutil.ContainsFinalizer(done, FinalizerCleanup) {
+		t.Errorf("a task sent in a snapshot has finalizers %v, want %s", done.Finalizers, FinalizerCleanup)
+	}
+}
