@@ -82,17 +82,17 @@ func (b *syncBuffer) String() string {
 
 // fixture is one test's hub, dispatcher, agent and namespaces.
 type fixture struct {
-	t        *testing.T
-	c        client.Client
-	ns       string // the tasks' namespace
-	droverNS string // the hub's CA, tokens and Lease
-	node     string
-	hub      *hub.Hub
-	addr     string
-	d        *Dispatcher
-	reg      *prometheus.Registry
-	runner   *execRunner
-	stateDir string
+	t         *testing.T
+	c         client.Client
+	ns        string // the tasks' namespace
+	droverNS  string // the hub's CA, tokens and Lease
+	node      string
+	hub       *hub.Hub
+	addr      string
+	d         *Dispatcher
+	reg       *prometheus.Registry
+	runner    *execRunner
+	stateDir  string
 	agentOpts agent.Options
 	// stopAgent stops the agent startAgent started and waits for it.
 	stopAgent func()
