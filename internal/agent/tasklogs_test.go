@@ -79,7 +79,7 @@ func TestStreamLog(t *testing.T) {
 		if err := a.streamLog(ctx, &agentv1.LogRequest{Uid: uid, Stream: "stderr"}, c.send); err != nil {
 			t.Fatal(err)
 		}
-		if len(c.chunks) != 1 || !c.chunks[0].GetEof() {
+		if len(c.chunks) != 2 || len(c.chunks[0].GetData()) != 0 || !c.chunks[1].GetEof() {
 			t.Errorf("got %v", c.chunks)
 		}
 	})
@@ -92,7 +92,7 @@ func TestStreamLog(t *testing.T) {
 		var c collect
 		err := a.streamLog(ctx, bad, c.send)
 		var le *logError
-		if !errors.As(err, &le) || len(c.chunks) != 0 {
+		if !errors.As(err, &le) || c.data() != "" {
 			t.Errorf("request %v: %v, %d chunks; want a reason for the reader and nothing read", bad, err, len(c.chunks))
 		}
 	}
