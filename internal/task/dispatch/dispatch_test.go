@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -212,6 +213,11 @@ func TestDeletedTaskOnDisconnectedNode(t *testing.T) {
 		}
 		return false, nil
 	})
+	// `drover describe task` finds them by the task's uid, through the core API.
+	var core corev1.EventList
+	if err := f.c.List(ctx, &core, client.InNamespace(f.ns), client.MatchingFields{"involvedObject.uid": string(running.UID)}); err != nil || len(core.Items) == 0 {
+		t.Errorf("events by involvedObject.uid: %d, %v", len(core.Items), err)
+	}
 }
 
 // A task scheduled while its node is away reaches it in the snapshot the
