@@ -71,6 +71,12 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 	if !logUIDRE.MatchString(uid) || (stream != protocol.LogStdout && stream != protocol.LogStderr) {
 		return &logError{fmt.Sprintf("no log %q of work %q: not a task's log", stream, uid)}
 	}
+	// An empty first chunk says the request arrived: a followed log may
+	// stay quiet for long, and the hub must not take that for an agent
+	// that does not answer.
+	if err := send(&agentv1.LogChunk{}); err != nil {
+		return err
+	}
 	cur := filepath.Join(a.opts.StateDir, "tasks", uid, stream+".log")
 	old := cur + ".1"
 

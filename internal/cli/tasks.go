@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -312,6 +313,42 @@ func describeTaskCommand(cmd *cobra.Command, g *globalOptions, namespace, name s
 		}
 		return fmt.Errorf("get task %s/%s: %w", namespace, name, err)
 	}
-	describeTask(cmd.OutOrStdout(), &t, time.Now())
+	now := time.Now()
+	describeTask(cmd.OutOrStdout(), &t, now)
+	// Events as kubectl describe shows them; a cluster that will not list
+	// them still gets the task described.
+	var evs corev1.EventList
+	if err := c.List(cmd.Context(), &evs, client.InNamespace(namespace), client.MatchingFields{"involvedObject.uid": string(t.UID)}); err == nil {
+		describeEvents(cmd.OutOrStdout(), evs.Items, now)
+	}
 	return nil
+}
+
+// describeEvents prints events oldest first.
+func describeEvents(w io.Writer, evs []corev1.Event, now time.Time) {
+	if len(evs) == 0 {
+		fmt.Fprintln(w, "Events:  <none>")
+		return
+	}
+	at := func(e corev1.Event) time.Time {
+		switch {
+		case !e.EventTime.IsZero():
+			return e.EventTime.Time
+		case !e.LastTimestamp.IsZero():
+			return e.LastTimestamp.Time
+		}
+		return e.CreationTimestamp.Time
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return at(evs[i]).Before(at(evs[j])) })
+	fmt.Fprintln(w, "Events:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TYPE\tREASON\tAGE\tFROM\tMESSAGE")
+	for _, e := range evs {
+		from := e.ReportingController
+		if from == "" {
+			from = e.Source.Component
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, duration.HumanDuration(now.Sub(at(e))), orNone(from), e.Message)
+	}
+	tw.Flush()
 }

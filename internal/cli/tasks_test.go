@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,5 +57,29 @@ func TestDescribeTask(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("describe lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestDescribeEvents(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	evs := []corev1.Event{
+		{Type: "Normal", Reason: "CleanedUp", Message: "node edge-1 confirmed attempt 1 stopped", ReportingController: "drover-hub",
+			EventTime: metav1.NewMicroTime(now.Add(-time.Second))},
+		{Type: "Normal", Reason: "Cancelled", Message: "task deleted: asked node edge-1 to stop attempt 1", ReportingController: "drover-hub",
+			EventTime: metav1.NewMicroTime(now.Add(-3 * time.Second))},
+	}
+	var out bytes.Buffer
+	describeEvents(&out, evs, now)
+	want := "Events:\n" +
+		"  TYPE    REASON     AGE  FROM        MESSAGE\n" +
+		"  Normal  Cancelled  3s   drover-hub  task deleted: asked node edge-1 to stop attempt 1\n" +
+		"  Normal  CleanedUp  1s   drover-hub  node edge-1 confirmed attempt 1 stopped\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	describeEvents(&out, nil, now)
+	if out.String() != "Events:  <none>\n" {
+		t.Errorf("no events: %q", out.String())
 	}
 }

@@ -288,6 +288,9 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 			if c.GetError() != "" {
 				return status.Errorf(codes.FailedPrecondition, "node %s: %s", node, c.GetError())
 			}
+			if len(c.GetData()) == 0 && !c.GetEof() {
+				continue // the agent's "started"
+			}
 			if err := stream.Send(&agentv1.LogChunk{Data: c.GetData(), Eof: c.GetEof()}); err != nil {
 				return err
 			}

@@ -556,9 +556,10 @@ func (d *Dispatcher) cleanup(ctx context.Context, t *batchv1.Task) (reconcile.Re
 			return d.release(ctx, t, fmt.Sprintf("node %s no longer exists", node))
 		case err != nil:
 			return reconcile.Result{}, err
-		case fn.Status.Phase != fleetv1.FleetNodeOnline || fn.Status.Hub == "":
+		case fn.Status.Phase != fleetv1.FleetNodeOnline || fn.Status.Hub == "" || (h != nil && fn.Status.Hub == h.Name()):
 			// Its agent cancels the attempt when its next snapshot (on
-			// reconnect) leaves it out.
+			// reconnect, to whichever hub) leaves it out. (Online on this
+			// hub without a stream: it left, and is not Offline yet.)
 			return d.release(ctx, t, fmt.Sprintf("node %s is not connected to any hub (%s); it stops the attempt when it reconnects", node, fn.Status.Phase))
 		}
 		// Another hub serves the node and cancels it; wait for it, up to

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -175,5 +177,74 @@ func TestNewAttemptReplacesTheOld(t *testing.T) {
 	done := f.waitState(task, batchv1.TaskCompleted)
 	if done.Status.Attempt != 2 {
 		t.Errorf("attempt %d Completed, want 2", done.Status.Attempt)
+	}
+}
+
+// A deleted task whose node has left the hub is let go at once: whichever
+// hub the node reconnects to sends a snapshot without it, and the agent
+// cancels it then.
+func TestDeletedTaskOnDisconnectedNode(t *testing.T) {
+	f := start(t)
+	gate, _ := f.gate("never")
+	task := f.schedule("orphan", "/bin/sh", "-c", waitFor(gate))
+	running := f.waitState(task, batchv1.TaskRunning)
+	f.stopAgent()
+	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
+		return !f.hub.Connected(f.node), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
+	if err := f.c.Delete(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone(task)
+	testenv.Eventually(t, waitTimeout, "an Event says why the task was let go", func(ctx context.Context) (bool, error) {
+		var l eventsv1.EventList
+		if err := f.c.List(ctx, &l, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == task.Name && e.Reason == ReasonCleanedUp {
+				if !strings.Contains(e.Note, "not connected to any hub") {
+					return false, fmt.Errorf("event note %q", e.Note)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	// `drover describe task` finds them by the task's uid, through the core API.
+	var core corev1.EventList
+	if err := f.c.List(ctx, &core, client.InNamespace(f.ns), client.MatchingFields{"involvedObject.uid": string(running.UID)}); err != nil || len(core.Items) == 0 {
+		t.Errorf("events by involvedObject.uid: %d, %v", len(core.Items), err)
+	}
+}
+
+// A task scheduled while its node is away reaches it in the snapshot the
+// node gets when it connects (WorkFor), and is written Dispatching and given
+// the finalizer then.
+func TestTaskReachesNodeOnConnect(t *testing.T) {
+	f := start(t)
+	f.stopAgent()
+	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
+		return !f.hub.Connected(f.node), nil
+	})
+	task := f.schedule("later", "/bin/sh", "-c", "echo caught up")
+	testenv.Never(t, testenv.ShortTimeout/5, "a task dispatched to a node that is away", func(context.Context) (bool, error) {
+		var got batchv1.Task
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+		defer cancel()
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &got); err != nil {
+			return false, err
+		}
+		return got.Status.State != batchv1.TaskScheduled || len(got.Finalizers) > 0, nil
+	})
+	f.startAgent()
+	done := f.waitState(task, batchv1.TaskCompleted)
+	if !strings.Contains(done.Status.OutputTail, "caught up") {
+		t.Errorf("outputTail %q", done.Status.OutputTail)
+	}
+	if !controllerutil.ContainsFinalizer(done, FinalizerCleanup) {
+		t.Errorf("a task sent in a snapshot has finalizers %v, want %s", done.Finalizers, FinalizerCleanup)
 	}
 }

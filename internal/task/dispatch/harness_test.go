@@ -82,17 +82,42 @@ func (b *syncBuffer) String() string {
 
 // fixture is one test's hub, dispatcher, agent and namespaces.
 type fixture struct {
-	t        *testing.T
-	c        client.Client
-	ns       string // the tasks' namespace
-	droverNS string // the hub's CA, tokens and Lease
-	node     string
-	hub      *hub.Hub
-	addr     string
-	d        *Dispatcher
-	reg      *prometheus.Registry
-	runner   *execRunner
-	stateDir string
+	t         *testing.T
+	c         client.Client
+	ns        string // the tasks' namespace
+	droverNS  string // the hub's CA, tokens and Lease
+	node      string
+	hub       *hub.Hub
+	addr      string
+	d         *Dispatcher
+	reg       *prometheus.Registry
+	runner    *execRunner
+	stateDir  string
+	agentOpts agent.Options
+	// stopAgent stops the agent startAgent started and waits for it.
+	stopAgent func()
+}
+
+// startAgent runs the fixture's agent (again: its state dir keeps its
+// identity and its work).
+func (f *fixture) startAgent() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx, f.agentOpts) }()
+	var once sync.Once
+	f.stopAgent = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					f.t.Errorf("agent: %v", err)
+				}
+			case <-time.After(stopTimeout):
+				f.t.Errorf("agent still running %s after stop", stopTimeout)
+			}
+		})
+	}
 }
 
 var nameRE = regexp.MustCompile(`[^a-z0-9]+`)
@@ -185,24 +210,11 @@ func start(t *testing.T) *fixture {
 	}
 	f.stateDir = t.TempDir()
 	f.runner = newExecRunner(f.stateDir)
-	actx2, acancel2 := context.WithCancel(context.Background())
-	adone := make(chan error, 1)
-	go func() {
-		adone <- agent.Run(actx2, agent.Options{Node: f.node, Hubs: []string{f.addr}, BootstrapToken: tok.String(), CAFile: caFile,
-			StateDir: f.stateDir, HeartbeatInterval: time.Second, Runners: map[string]agent.Runner{wire.TypeExec: f.runner},
-			Logger: logger.With("component", "agent")})
-	}()
-	t.Cleanup(func() {
-		acancel2()
-		select {
-		case err := <-adone:
-			if err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		case <-time.After(stopTimeout):
-			t.Errorf("agent still running %s after stop", stopTimeout)
-		}
-	})
+	f.agentOpts = agent.Options{Node: f.node, Hubs: []string{f.addr}, BootstrapToken: tok.String(), CAFile: caFile,
+		StateDir: f.stateDir, HeartbeatInterval: time.Second, Runners: map[string]agent.Runner{wire.TypeExec: f.runner},
+		Logger: logger.With("component", "agent")}
+	f.startAgent()
+	t.Cleanup(func() { f.stopAgent() })
 	testenv.Eventually(t, waitTimeout, "agent connected", func(context.Context) (bool, error) {
 		return h.Connected(f.node), nil
 	})

@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+)
+
+// TestTaskCLI: a task scheduled onto a real agent through `drover server`
+// ends, and `drover get tasks`, `drover describe task` and `drover logs`
+// show it (logs through the hub that serves the node, found from the API).
+func TestTaskCLI(t *testing.T) {
+	c := startCluster(t)
+	c.startAgent(t, "edge-task", t.TempDir(), "--hub", c.hub, "--token", c.token(t, true, time.Hour))
+	c.waitPhase(t, "edge-task", fleetv1.FleetNodeOnline, defaultTimeout)
+
+	ctx := context.Background()
+	task := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe"},
+		Spec: batchv1.TaskSpec{Command: []string{"true"}, NodeName: "edge-task"}}
+	if err := c.client.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	// The manager's part: attempt 1 on the pinned node.
+	task.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: "edge-task", Attempt: 1}
+	if err := c.client.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	// The agent ends it (Completed with the exec driver; Failed, with the
+	// reason, without one): either way the hub wrote the end.
+	eventually(t, defaultTimeout, func() string {
+		out, err := c.cli(t, "get", "tasks")
+		if err != nil || !regexp.MustCompile(`probe\s+(Completed|Failed)\s+edge-task\s+1\s`).MatchString(out) {
+			return fmt.Sprintf("drover get tasks = %q, %v", out, err)
+		}
+		return ""
+	})
+	out, err := c.cli(t, "describe", "task", "probe")
+	if err != nil || !strings.Contains(out, "Command:") || !regexp.MustCompile(`Node:\s+edge-task`).MatchString(out) {
+		t.Errorf("drover describe task = %q, %v", out, err)
+	}
+	if out, err := c.cli(t, "logs", "probe", "--ca-file", c.ca); err != nil {
+		t.Errorf("drover logs = %q, %v", out, err)
+	}
+	if out, err := c.cli(t, "logs", "nope", "--ca-file", c.ca); err == nil || !strings.Contains(out, "not found") {
+		t.Errorf("drover logs of a missing task = %q, %v", out, err)
+	}
+}
