@@ -209,9 +209,9 @@ func (d *Dispatcher) getHub() Hub {
 	return nil
 }
 
-// IndexTasks adds the field indexes the dispatcher lists Tasks by. Other
-// components that need them call it too; a second call for the same index
-// fails, so only one caller per manager may.
+// IndexTasks adds the field indexes the dispatcher lists Tasks by
+// (SetupWithManager calls it). Indexes are per manager: a second call on
+// the same manager fails.
 func IndexTasks(ctx context.Context, mgr ctrl.Manager) error {
 	fi := mgr.GetFieldIndexer()
 	if err := fi.IndexField(ctx, &batchv1.Task{}, IndexNodeName, func(o client.Object) []string {
@@ -267,6 +267,18 @@ func (w *writer) Start(ctx context.Context) error {
 	return w.d.writeLoop(ctx)
 }
 
+// MaxSpecBytes bounds a task's work item. The API allows more (256
+// arguments of 4 KiB), but every item of a node travels in one snapshot of
+// at most protocol.MaxEnvelopeBytes: a few huge tasks must not keep their
+// node from connecting. A task over it fails with ReasonSpecTooLarge.
+const MaxSpecBytes = 64 << 10
+
+// ReasonSpecTooLarge is the reason of a task whose work item is too large.
+const ReasonSpecTooLarge = "SpecTooLarge"
+
+// ErrSpecTooLarge is wrapped by Item for a task over MaxSpecBytes.
+var ErrSpecTooLarge = errors.New("work item too large")
+
 // Item is the work item of a task's current attempt.
 func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 	s := wire.Spec{
@@ -291,6 +303,9 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 	b, err := s.Encode()
 	if err != nil {
 		return nil, err
+	}
+	if len(b) > MaxSpecBytes {
+		return nil, fmt.Errorf("%w: the task's command, env and artifacts make %d bytes, more than %d", ErrSpecTooLarge, len(b), MaxSpecBytes)
 	}
 	return &agentv1.WorkItem{Uid: wire.WorkID(string(t.UID), t.Status.Attempt), Type: wire.TypeExec, Spec: b}, nil
 }
@@ -321,9 +336,9 @@ func (d *Dispatcher) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkI
 		}
 		it, err := Item(t)
 		if err != nil {
-			// The API's schema should have refused it; keep the node's
-			// other work going and say why this one does not run.
-			d.log.Error("task cannot be sent", "task", client.ObjectKeyFromObject(t), "err", err)
+			// Keep the node's other work going and say why this one does
+			// not run.
+			d.cannotSend(t, err)
 			continue
 		}
 		out = append(out, it)
@@ -469,10 +484,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	it, err := Item(&t)
 	if err != nil {
-		d.log.Error("task cannot be sent", "task", req.NamespacedName, "err", err)
-		d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) {
-			p.reports = append(p.reports, report{phase: wire.PhaseFailed, reason: wire.ReasonStartError, r: wire.Report{Message: err.Error()}, full: true})
-		})
+		d.cannotSend(&t, err)
 		return reconcile.Result{}, nil
 	}
 	// The finalizer first: once the item is on the node, deleting the Task
@@ -496,6 +508,19 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	d.recordSent(&t, t.Status.NodeName, it.GetUid())
 	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) { p.dispatched = true })
 	return reconcile.Result{}, nil
+}
+
+// cannotSend fails the current attempt of a task whose work item cannot
+// be built.
+func (d *Dispatcher) cannotSend(t *batchv1.Task, err error) {
+	d.log.Error("task cannot be sent", "task", client.ObjectKeyFromObject(t), "err", err)
+	reason := wire.ReasonStartError
+	if errors.Is(err, ErrSpecTooLarge) {
+		reason = ReasonSpecTooLarge
+	}
+	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) {
+		p.reports = append(p.reports, report{phase: wire.PhaseFailed, reason: reason, r: wire.Report{Message: err.Error()}, full: true})
+	})
 }
 
 // forget drops what is known of a task that is gone.

@@ -248,3 +248,20 @@ func TestTaskReachesNodeOnConnect(t *testing.T) {
 		t.Errorf("a task sent in a snapshot has finalizers %v, want %s", done.Finalizers, FinalizerCleanup)
 	}
 }
+
+// A task too large for a work item fails with the reason, and the node's
+// other work goes on.
+func TestTaskTooLarge(t *testing.T) {
+	f := start(t)
+	huge := make([]string, 40)
+	for i := range huge {
+		huge[i] = strings.Repeat("a", 4000)
+	}
+	big := f.schedule("huge", append([]string{"echo"}, huge...)...)
+	small := f.schedule("small", "true")
+	got := f.waitState(big, batchv1.TaskFailed)
+	if got.Status.Reason != ReasonSpecTooLarge || !strings.Contains(got.Status.Message, "more than") {
+		t.Errorf("reason %q, message %q", got.Status.Reason, got.Status.Message)
+	}
+	f.waitState(small, batchv1.TaskCompleted)
+}
