@@ -18,7 +18,7 @@ import (
 //
 //	<state dir>/tasks/<work id>/stdout.log and stderr.log
 //
-// and rotation renames a full file to <stream>.log.1 (one old file kept)
+// and rotation moves a full file to <stream>.log.1 (one old file kept)
 // and starts a new one. A LogRequest from the hub streams one of them back
 // in LogChunks over SendMessage, one call per chunk, so the hub's answer
 // paces the agent: a slow reader slows the reading here, and a hub that
@@ -138,10 +138,44 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 		}
 	}
 	buf := make([]byte, protocol.MaxLogChunkBytes)
+	// The .1 file as it was when we started: a different one later means
+	// a rotation.
+	oldSeen, _ := os.Stat(old)
 	if fromOld >= 0 {
 		if err := sendOld(old, fromOld, buf, send); err != nil {
 			return err
 		}
+	}
+
+	// checkRotation looks for a new .1 file, which says the log was
+	// rotated, and moves to where the rest of the output is.
+	checkRotation := func() (bool, error) {
+		if ost, err := os.Stat(old); err == nil && (oldSeen == nil || !os.SameFile(ost, oldSeen)) {
+			oldSeen = ost
+			if fst, err := f.Stat(); err == nil && os.SameFile(fst, ost) {
+				// Rotated by rename: what we hold is the .1 file now,
+				// drained. Go on with the new one.
+				if nf, err := os.Open(cur); err == nil {
+					f.Close()
+					f = nf
+				}
+				return true, nil
+			}
+			// Rotated by copy-truncate (the exec driver's way: its
+			// processes keep their descriptors): the rest of what we were
+			// reading is in the .1 copy from our offset on, and the file
+			// we hold starts again from 0.
+			pos, err := f.Seek(0, io.SeekCurrent)
+			if err != nil {
+				return false, err
+			}
+			if err := sendOld(old, pos, buf, send); err != nil {
+				return false, err
+			}
+			_, err = f.Seek(0, io.SeekStart)
+			return true, err
+		}
+		return false, nil
 	}
 
 	finalSeen := false
@@ -159,12 +193,16 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 		if !req.GetFollow() {
 			return send(&agentv1.LogChunk{Eof: true})
 		}
-		// At the end of the file we hold. If it was rotated, what we hold
-		// is now the .1 file, drained: go on with the new one.
+		// At the end of the file we hold. Was the log rotated meanwhile?
+		if rotated, err := checkRotation(); err != nil {
+			return err
+		} else if rotated {
+			continue
+		}
+		// A rename we did not see as a new .1 (it was removed meanwhile).
 		if nst, err := os.Stat(cur); err == nil {
-			if ost, err := f.Stat(); err == nil && !os.SameFile(nst, ost) {
-				nf, err := os.Open(cur)
-				if err == nil {
+			if fst, err := f.Stat(); err == nil && !os.SameFile(nst, fst) {
+				if nf, err := os.Open(cur); err == nil {
 					f.Close()
 					f = nf
 					continue
@@ -183,6 +221,11 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 			continue
 		}
 		if err := sleep(ctx, logPoll); err != nil {
+			return err
+		}
+		// Before reading on: output written after a copy-truncate rotation
+		// must not be read at the old offset.
+		if _, err := checkRotation(); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,6 +84,52 @@ func TestStreamLog(t *testing.T) {
 			t.Errorf("got %v", c.chunks)
 		}
 	})
+	t.Run("follow goes on across a copy-truncate rotation", func(t *testing.T) {
+		const live = "task-live-1"
+		ldir := filepath.Join(a.opts.StateDir, "tasks", live)
+		if err := os.MkdirAll(ldir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cur := filepath.Join(ldir, "stdout.log")
+		if err := os.WriteFile(cur, []byte("one\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.db.PutWork(ctx, store.Work{UID: live, Type: "task-exec", Phase: PhaseRunning}); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			c    collect
+			mu   sync.Mutex
+			done = make(chan error, 1)
+		)
+		send := func(ch *agentv1.LogChunk) error { mu.Lock(); defer mu.Unlock(); return c.send(ch) }
+		got := func() string { mu.Lock(); defer mu.Unlock(); return c.data() }
+		go func() { done <- a.streamLog(ctx, &agentv1.LogRequest{Uid: live, Stream: "stdout", Follow: true}, send) }()
+		waitFor(t, func() bool { return got() == "one\n" })
+		// What the exec driver does: more output, the whole file copied to
+		// .1, the file emptied in place (same inode), then new output.
+		appendFile(t, cur, "two\n")
+		if err := os.WriteFile(cur+".tmp", []byte("one\ntwo\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cur+".tmp", cur+".1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(cur, 0); err != nil {
+			t.Fatal(err)
+		}
+		appendFile(t, cur, "three\n")
+		waitFor(t, func() bool { return strings.HasSuffix(got(), "three\n") })
+		if err := a.db.SetWorkPhase(ctx, live, PhaseSucceeded, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if g := got(); g != "one\ntwo\nthree\n" {
+			t.Errorf("followed %q across the rotation, want one, two, three", g)
+		}
+	})
 	for _, bad := range []*agentv1.LogRequest{
 		{Uid: "../../etc", Stream: "stdout"},
 		{Uid: "task-..-1", Stream: "stdout"},
@@ -95,5 +142,28 @@ func TestStreamLog(t *testing.T) {
 		if !errors.As(err, &le) || c.data() != "" {
 			t.Errorf("request %v: %v, %d chunks; want a reason for the reader and nothing read", bad, err, len(c.chunks))
 		}
+	}
+}
+
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
