@@ -153,8 +153,19 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 		if ost, err := os.Stat(old); err == nil && (oldSeen == nil || !os.SameFile(ost, oldSeen)) {
 			oldSeen = ost
 			if fst, err := f.Stat(); err == nil && os.SameFile(fst, ost) {
-				// Rotated by rename: what we hold is the .1 file now,
-				// drained. Go on with the new one.
+				// Rotated by rename: what we hold is the .1 file now.
+				// Send the rest of it, then go on with the new one.
+				for {
+					n, err := f.Read(buf)
+					if n > 0 {
+						if err := send(&agentv1.LogChunk{Data: buf[:n]}); err != nil {
+							return false, err
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
 				if nf, err := os.Open(cur); err == nil {
 					f.Close()
 					f = nf

@@ -242,7 +242,7 @@ func (d *Dispatcher) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	noLeader := false
 	err := ctrl.NewControllerManagedBy(mgr).Named("task-dispatch").
 		For(&batchv1.Task{}).
-		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 8}).
 		Complete(d)
 	if err != nil {
 		return err
@@ -628,6 +628,9 @@ func (d *Dispatcher) event(t *batchv1.Task, typ, reason, action, note string, ar
 	}
 }
 
+// flushParallelism bounds the status writes of one flush in flight at once.
+const flushParallelism = 16
+
 // writeLoop writes queued reports: one status patch per task per flush.
 func (d *Dispatcher) writeLoop(ctx context.Context) error {
 	for {
@@ -651,23 +654,35 @@ func (d *Dispatcher) flush(ctx context.Context) {
 	batch := d.queue
 	d.queue = map[types.UID]*pending{}
 	d.mu.Unlock()
-	var failed int
+	// Tasks are independent objects: write them side by side. One at a
+	// time, a burst of short tasks queued behind the apiserver's latency.
+	var (
+		failed atomic.Int32
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, flushParallelism)
+	)
 	for uid, p := range batch {
-		if err := d.write(ctx, uid, p); err != nil {
-			failed++
-			d.log.Error("write task status", "uid", uid, "node", p.node, "attempt", p.attempt, "err", err)
-			// Keep it for the next flush, unless newer ones came.
-			d.mu.Lock()
-			if q := d.queue[uid]; q == nil {
-				d.queue[uid] = p
-			} else if q.attempt == p.attempt {
-				q.dispatched = q.dispatched || p.dispatched
-				q.reports = append(p.reports, q.reports...)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := d.write(ctx, uid, p); err != nil {
+				failed.Add(1)
+				d.log.Error("write task status", "uid", uid, "node", p.node, "attempt", p.attempt, "err", err)
+				// Keep it for the next flush, unless newer ones came.
+				d.mu.Lock()
+				if q := d.queue[uid]; q == nil {
+					d.queue[uid] = p
+				} else if q.attempt == p.attempt {
+					q.dispatched = q.dispatched || p.dispatched
+					q.reports = append(p.reports, q.reports...)
+				}
+				d.mu.Unlock()
 			}
-			d.mu.Unlock()
-		}
+		}()
 	}
-	if failed > 0 {
+	wg.Wait()
+	if failed.Load() > 0 {
 		// Try again after a pause, not at once.
 		go func() {
 			select {
