@@ -227,6 +227,14 @@ const nodeQueue = 256
 type node struct {
 	name string
 	in   chan message
+	// logs is the lane of log chunks: delivering one waits for the reader
+	// (up to the hub's stall limit), which must not hold up the node's
+	// acks and heartbeats; one lane keeps the chunks in order.
+	logs chan *agentv1.Envelope
+	// seenLogs remembers recent chunk ids: the agent publishes a chunk
+	// again when its answer is slow, and the reader must get it once.
+	seenLogs map[string]struct{}
+	logRing  []string
 
 	// mu guards sess.
 	mu   sync.Mutex
@@ -255,7 +263,7 @@ func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
 	}
 	n := b.nodes[name]
 	if n == nil {
-		n = &node{name: name, in: make(chan message, nodeQueue), quit: make(chan struct{})}
+		n = &node{name: name, in: make(chan message, nodeQueue), logs: make(chan *agentv1.Envelope, nodeQueue), seenLogs: map[string]struct{}{}, quit: make(chan struct{})}
 		b.nodes[name] = n
 		go b.work(n)
 	}
@@ -277,7 +285,7 @@ func (b *Bridge) retire(n *node) bool {
 	n.mu.Lock()
 	busy := n.sess != nil && !n.sess.isOver()
 	n.mu.Unlock()
-	if busy || len(n.in) > 0 {
+	if busy || len(n.in) > 0 || len(n.logs) > 0 {
 		return false
 	}
 	delete(b.nodes, n.name)
@@ -295,6 +303,7 @@ func (b *Bridge) work(n *node) {
 		case <-ctx.Done():
 		}
 	}()
+	go b.logWork(ctx, n)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -371,6 +380,44 @@ func (b *Bridge) handle(ctx context.Context, n *node, payload []byte) {
 		b.log.Info("dropping an agent message on purpose (test hook)", "node", n.name, "id", env.GetId(), "kind", env.GetKind().String())
 		return
 	}
+	if env.GetKind() == agentv1.Kind_KIND_LOG_CHUNK && env.GetNode() == n.name {
+		select {
+		case n.logs <- env:
+		default:
+			b.log.Warn("node's log lane is full; dropping a chunk (it sends it again)", "node", n.name)
+		}
+		return
+	}
+	b.answer(ctx, n, env)
+}
+
+// logSeenIDs bounds the log chunk ids remembered per node.
+const logSeenIDs = 256
+
+// logWork delivers n's log chunks in order, each once.
+func (b *Bridge) logWork(ctx context.Context, n *node) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case env := <-n.logs:
+			id := env.GetId()
+			if _, dup := n.seenLogs[id]; dup {
+				b.respond(n.name, topics.Response{ID: id, Duplicate: true})
+				continue
+			}
+			n.seenLogs[id] = struct{}{}
+			if n.logRing = append(n.logRing, id); len(n.logRing) > logSeenIDs {
+				delete(n.seenLogs, n.logRing[0])
+				n.logRing = n.logRing[1:]
+			}
+			b.answer(ctx, n, env)
+		}
+	}
+}
+
+// answer passes env to the hub and publishes the hub's answer.
+func (b *Bridge) answer(ctx context.Context, n *node, env *agentv1.Envelope) {
 	var resp *agentv1.SendResponse
 	var err error
 	if env.GetNode() != n.name {
