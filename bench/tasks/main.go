@@ -104,6 +104,7 @@ type runner struct {
 	c                         client.WithWatch
 	mu                        sync.Mutex
 	procs                     []*benchproc.Proc
+	brokerURL                 string
 }
 
 func (r *runner) start(name, bin string, args ...string) (*benchproc.Proc, error) {
@@ -153,6 +154,7 @@ func (r *runner) run(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("unknown transport %q", t)
 		}
+		m.key = strings.TrimSpace(t)
 		res, err := r.runMode(ctx, m)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
@@ -237,7 +239,8 @@ func (r *runner) writeCA(ctx context.Context) error {
 
 // mode is one transport: how to start the hub and agents, and its raw baseline.
 type mode struct {
-	name string
+	// key names hubs, labels and namespaces; name is for the table.
+	key, name string
 	// setup runs before the hub starts and returns extra hub flags.
 	setup func(ctx context.Context, r *runner) (hubArgs []string, err error)
 	// agentArgs are extra flags for each agent, given the hub's gRPC address.
@@ -246,7 +249,60 @@ type mode struct {
 	raw func(ctx context.Context, r *runner) (perSec float64, what string, err error)
 }
 
+// mqttAgentArgs point an agent at the current mode's broker.
+func (r *runner) mqttAgentArgs(_ *runner, _ string) []string {
+	return []string{"--transport", "mqtt", "--mqtt-broker", r.brokerURL}
+}
+
+func (r *runner) rawBroker(ctx context.Context, _ *runner) (float64, string, error) {
+	v, err := r.rawMQTT(ctx, r.brokerURL, r.o.rawN/10)
+	return v, "QoS 1 publish → receive", err
+}
+
 var modes = map[string]mode{
+	"mqtt": {
+		name: "mqtt (embedded broker)",
+		setup: func(_ context.Context, r *runner) ([]string, error) {
+			port, err := benchproc.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			r.brokerURL = "ssl://" + addr
+			return []string{"--mqtt-listen", addr}, nil
+		},
+		agentArgs: func(r *runner, hub string) []string { return r.mqttAgentArgs(r, hub) },
+		raw:       func(ctx context.Context, r *runner) (float64, string, error) { return r.rawBroker(ctx, r) },
+	},
+	"mosquitto": {
+		name: "mqtt (Mosquitto)",
+		setup: func(ctx context.Context, r *runner) ([]string, error) {
+			port, err := benchproc.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			dir := filepath.Join(r.o.work, "mosquitto")
+			args := []string{"mqtt", "mosquitto-config", "--kubeconfig", r.kubeconfig, "--dir", dir, "--listen", addr, "--hosts", "127.0.0.1"}
+			if os.Geteuid() == 0 {
+				args = append(args, "--user", "root") // the files are ours
+			}
+			if out, err := exec.CommandContext(ctx, r.drover, args...).CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("drover mqtt mosquitto-config: %v\n%s", err, out)
+			}
+			bin, err := exec.LookPath("mosquitto")
+			if err != nil {
+				bin = "/usr/sbin/mosquitto"
+			}
+			if _, err := r.start("mosquitto", bin, "-c", filepath.Join(dir, "mosquitto.conf")); err != nil {
+				return nil, fmt.Errorf("start mosquitto (apt-get install mosquitto): %w", err)
+			}
+			r.brokerURL = "ssl://" + addr
+			return []string{"--mqtt-listen", "", "--mqtt-broker", r.brokerURL}, nil
+		},
+		agentArgs: func(r *runner, hub string) []string { return r.mqttAgentArgs(r, hub) },
+		raw:       func(ctx context.Context, r *runner) (float64, string, error) { return r.rawBroker(ctx, r) },
+	},
 	"grpc": {
 		name:      "grpc",
 		setup:     func(context.Context, *runner) ([]string, error) { return nil, nil },
@@ -265,8 +321,8 @@ func (r *runner) runMode(ctx context.Context, m mode) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	hub, err := r.start("hub-"+m.name, r.drover, append([]string{"hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench-" + m.name,
-		"--hub-listen", "127.0.0.1:0", "--metrics-bind-address", "0", "--log-level", "warn"}, hubArgs...)...)
+	hub, err := r.start("hub-"+m.key, r.drover, append([]string{"hub", "--kubeconfig", r.kubeconfig, "--hub-name", "bench-" + m.key,
+		"--hub-listen", "127.0.0.1:0", "--mqtt-listen", "", "--metrics-bind-address", "0", "--log-level", "warn"}, hubArgs...)...)
 	if err != nil {
 		return res, err
 	}
@@ -284,26 +340,26 @@ func (r *runner) runMode(ctx context.Context, m mode) (result, error) {
 	}
 	logf("%s: raw %s %.0f msgs/s", m.name, res.rawWhat, res.rawPerSec)
 
-	label := "bench-" + m.name
+	label := "bench-" + m.key
 	for i := range r.o.agents {
 		node := fmt.Sprintf("%s-%d", label, i)
 		args := append([]string{"--node", node, "--state-dir", filepath.Join(r.o.work, node), "--ca-file", r.caFile,
-			"--hub", hubAddr, "--token", r.token, "--labels", "bench=" + m.name, "--log-level", "warn"}, m.agentArgs(r, hubAddr)...)
+			"--hub", hubAddr, "--token", r.token, "--labels", "bench=" + m.key, "--log-level", "warn"}, m.agentArgs(r, hubAddr)...)
 		p, err := r.start(node, r.agent, args...)
 		if err != nil {
 			return res, err
 		}
 		defer p.Stop(10 * time.Second)
 	}
-	if err := r.waitOnline(ctx, m.name, r.o.agents, 2*time.Minute); err != nil {
+	if err := r.waitOnline(ctx, m.key, r.o.agents, 2*time.Minute); err != nil {
 		return res, err
 	}
 	logf("%s: %d agents Online; %d tasks one at a time", m.name, r.o.agents, r.o.latencyTasks)
-	if res.idle50, res.idle99, err = r.runIdle(ctx, m.name); err != nil {
+	if res.idle50, res.idle99, err = r.runIdle(ctx, m.key); err != nil {
 		return res, err
 	}
 	logf("%s: creating %d tasks at once", m.name, r.o.tasks)
-	return r.runTasks(ctx, m.name, res)
+	return r.runTasks(ctx, m.key, res)
 }
 
 func (r *runner) waitOnline(ctx context.Context, label string, n int, within time.Duration) error {
