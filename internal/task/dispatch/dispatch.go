@@ -487,18 +487,11 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		d.cannotSend(&t, err)
 		return reconcile.Result{}, nil
 	}
-	// The finalizer first: once the item is on the node, deleting the Task
-	// must reach the process.
-	if !controllerutil.ContainsFinalizer(&t, FinalizerCleanup) {
-		patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(&t, FinalizerCleanup)
-		if err := d.opts.Client.Patch(ctx, &t, patch); err != nil {
-			if apierrors.IsConflict(err) {
-				d.m.conflicts.Inc()
-			}
-			return reconcile.Result{}, client.IgnoreNotFound(err)
-		}
-	}
+	// Sent first, the finalizer after (the writer adds it with the
+	// Dispatching write): a round trip to the apiserver less between
+	// Scheduled and the process starting. A Task deleted before its
+	// finalizer lands is cancelled by forget, and in any case the node's
+	// next snapshot no longer holds it.
 	if err := h.Dispatch(t.Status.NodeName, it); err != nil {
 		// The stream just closed: the node's next snapshot carries it.
 		d.log.Warn("dispatch failed; the node's next connect carries it", "task", req.NamespacedName, "node", t.Status.NodeName, "err", err)
@@ -525,14 +518,29 @@ func (d *Dispatcher) cannotSend(t *batchv1.Task, err error) {
 
 // forget drops what is known of a task that is gone.
 func (d *Dispatcher) forget(key types.NamespacedName) {
+	var stop []sent
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for uid, s := range d.sent {
 		if s.key == key {
+			// Gone without our finalizer (deleted between the send and
+			// the finalizer's write): stop what it started.
+			if w, ok := d.ended[uid]; !ok || w != s.work {
+				stop = append(stop, s)
+			}
 			delete(d.sent, uid)
 			delete(d.cancelled, uid)
 			delete(d.ended, uid)
 			delete(d.queue, uid)
+		}
+	}
+	d.mu.Unlock()
+	h := d.getHub()
+	for _, s := range stop {
+		if h != nil && h.Connected(s.node) {
+			if err := h.Cancel(s.node, s.work); err == nil {
+				d.m.cancels.Inc()
+				d.log.Info("cancelled the attempt of a task that is gone", "task", key, "node", s.node, "work", s.work)
+			}
 		}
 	}
 }
