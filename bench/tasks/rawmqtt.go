@@ -44,12 +44,19 @@ func (r *runner) rawMQTT(ctx context.Context, url string, n int) (float64, error
 	connect := func(id string) (paho.Client, error) {
 		o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetTLSConfig(tlsCfg).
 			SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false).SetMaxResumePubInFlight(1000)
-		c := paho.NewClient(o)
-		t := c.Connect()
-		if !t.WaitTimeout(30*time.Second) || t.Error() != nil {
-			return nil, fmt.Errorf("connect %s to %s: %v", id, url, t.Error())
+		// The hub may print its ready line just before its broker listens.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c := paho.NewClient(o)
+			t := c.Connect()
+			if t.WaitTimeout(30*time.Second) && t.Error() == nil {
+				return c, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("connect %s to %s: %v", id, url, t.Error())
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		return c, nil
 	}
 	sub, err := connect("bench-raw-sub")
 	if err != nil {
