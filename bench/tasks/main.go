@@ -394,7 +394,7 @@ func (r *runner) runIdle(ctx context.Context, label string) (p50, p99 time.Durat
 	if err != nil {
 		return 0, 0, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 	var lat []time.Duration
 	for i := range r.o.latencyTasks {
 		name := fmt.Sprintf("idle-%04d", i)
@@ -412,7 +412,12 @@ func (r *runner) runIdle(ctx context.Context, label string) (p50, p99 time.Durat
 				return 0, 0, fmt.Errorf("task %s did not start within a minute", name)
 			case ev, ok := <-w.ResultChan():
 				if !ok {
-					return 0, 0, errors.New("task watch closed")
+					// The apiserver may end a watch; a new one starts with
+					// every task as Added.
+					if w, err = r.c.Watch(ctx, &batchv1.TaskList{}, client.InNamespace(ns)); err != nil {
+						return 0, 0, fmt.Errorf("task watch closed, and again: %w", err)
+					}
+					continue
 				}
 				t, ok := ev.Object.(*batchv1.Task)
 				if !ok || t.Name != name {
@@ -441,7 +446,7 @@ func (r *runner) runTasks(ctx context.Context, label string, res result) (result
 	if err != nil {
 		return res, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 	var mu sync.Mutex
 	created := map[string]time.Time{}
 	started := map[string]time.Time{}
@@ -490,7 +495,12 @@ func (r *runner) runTasks(ctx context.Context, label string, res result) (result
 			return res, fmt.Errorf("only %d of %d tasks ended in time (%d started)", len(ended), r.o.tasks, len(started))
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return res, errors.New("task watch closed")
+				// The apiserver may end a watch; a new one starts with
+				// every task as Added.
+				if w, err = r.c.Watch(ctx, &batchv1.TaskList{}, client.InNamespace(ns)); err != nil {
+					return res, fmt.Errorf("task watch closed, and again: %w", err)
+				}
+				continue
 			}
 			if ev.Type != watch.Added && ev.Type != watch.Modified {
 				continue
