@@ -153,7 +153,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // is refused with PermissionDenied, and the agent stops with a fatal error.
 func TestRevokedNodeStopsOverMQTT(t *testing.T) {
 	s := startStack(t, "embedded", "mqtt-revoke")
-	const node = "revoked-node"
+	// Unique per run: a revoked FleetNode stays revoked (go test -count=2).
+	node := "revoked-" + protocol.NewID()[:8]
 	done := s.startAgentAsync(node)
 	s.waitOnline(node)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
