@@ -209,18 +209,30 @@ func newWatchCommand(g *globalOptions) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			last := ""
+			var live *liveBar
+			if isTerminal(out) {
+				live = newLiveBar(ctx, out, args[1], 0)
+				defer live.stop()
+			}
 			for {
 				j, err := getJob(ctx, c, k, args[1])
 				if err != nil {
 					return err
 				}
 				st := j.JobStatus()
-				line := fmt.Sprintf("%s %s %s  %d/%d done (%d ok, %d failed, %d unknown, %d running)", time.Now().Format("15:04:05"),
-					orNone(string(st.Phase)), bar(st.Counts, 30), st.Counts.Successful+st.Counts.Failure+st.Counts.Unknown, st.Counts.Total,
-					st.Counts.Successful, st.Counts.Failure, st.Counts.Unknown, st.Counts.InProgress)
-				if key := line[9:]; key != last {
-					fmt.Fprintln(out, line)
-					last = key
+				if live != nil {
+					live.set(st)
+					if st.Phase.Final() {
+						live.stop()
+					}
+				} else {
+					line := fmt.Sprintf("%s %s %s  %d/%d done (%d ok, %d failed, %d unknown, %d running)", time.Now().Format("15:04:05"),
+						orNone(string(st.Phase)), bar(st.Counts, 30), st.Counts.Successful+st.Counts.Failure+st.Counts.Unknown, st.Counts.Total,
+						st.Counts.Successful, st.Counts.Failure, st.Counts.Unknown, st.Counts.InProgress)
+					if key := line[9:]; key != last {
+						fmt.Fprintln(out, line)
+						last = key
+					}
 				}
 				if st.Phase.Final() {
 					for _, f := range st.Failures {
