@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -159,12 +160,15 @@ func TestRevokedNodeStopsOverMQTT(t *testing.T) {
 	s.waitOnline(node)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	var n fleetv1.FleetNode
-	if err := s.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Revoked = true
-	if err := s.c.Update(ctx, &n); err != nil {
+	// The hub writes the node's status meanwhile: retry on conflicts.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n fleetv1.FleetNode
+		if err := s.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Spec.Revoked = true
+		return s.c.Update(ctx, &n)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	select {
