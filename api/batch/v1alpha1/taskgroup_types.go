@@ -27,14 +27,22 @@ const (
 )
 
 // TaskCounts counts tasks by state.
+// Zeros are written out, so that kubectl's columns show 0, not blanks.
 type TaskCounts struct {
-	Total       int32 `json:"total"`
-	Pending     int32 `json:"pending,omitempty"`
-	Scheduled   int32 `json:"scheduled,omitempty"`
-	Dispatching int32 `json:"dispatching,omitempty"`
-	Running     int32 `json:"running,omitempty"`
-	Completed   int32 `json:"completed,omitempty"`
-	Failed      int32 `json:"failed,omitempty"`
+	// +optional
+	Total int32 `json:"total"`
+	// +optional
+	Pending int32 `json:"pending"`
+	// +optional
+	Scheduled int32 `json:"scheduled"`
+	// +optional
+	Dispatching int32 `json:"dispatching"`
+	// +optional
+	Running int32 `json:"running"`
+	// +optional
+	Completed int32 `json:"completed"`
+	// +optional
+	Failed int32 `json:"failed"`
 }
 
 // TaskTemplate is the metadata and spec of the tasks a group creates.
