@@ -147,46 +147,64 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 		}
 	}
 
-	// checkRotation looks for a new .1 file, which says the log was
-	// rotated, and moves to where the rest of the output is.
-	checkRotation := func() (bool, error) {
-		if ost, err := os.Stat(old); err == nil && (oldSeen == nil || !os.SameFile(ost, oldSeen)) {
-			oldSeen = ost
-			if fst, err := f.Stat(); err == nil && os.SameFile(fst, ost) {
-				// Rotated by rename: what we hold is the .1 file now.
-				// Send the rest of it, then go on with the new one.
-				for {
-					n, err := f.Read(buf)
-					if n > 0 {
-						if err := send(&agentv1.LogChunk{Data: buf[:n]}); err != nil {
-							return false, err
-						}
-					}
-					if err != nil {
-						break
-					}
+	// drain sends what is left of f.
+	drain := func() error {
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				if err := send(&agentv1.LogChunk{Data: buf[:n]}); err != nil {
+					return err
 				}
-				if nf, err := os.Open(cur); err == nil {
-					f.Close()
-					f = nf
-				}
-				return true, nil
 			}
-			// Rotated by copy-truncate (the exec driver's way: its
-			// processes keep their descriptors): the rest of what we were
-			// reading is in the .1 copy from our offset on, and the file
-			// we hold starts again from 0.
-			pos, err := f.Seek(0, io.SeekCurrent)
 			if err != nil {
-				return false, err
+				return nil
 			}
-			if err := sendOld(old, pos, buf, send); err != nil {
-				return false, err
-			}
-			_, err = f.Seek(0, io.SeekStart)
-			return true, err
 		}
-		return false, nil
+	}
+	// checkRotation finds out whether the log was rotated since we last
+	// looked, and moves to where the rest of the output is. Two ways:
+	//   - by rename (the file we hold became .1 and a new one took its
+	//     name): send the rest of ours, then go on with the new file;
+	//   - by copy-truncate (the exec driver's way: its processes keep
+	//     their descriptors): a new .1 holds a copy of ours and ours was
+	//     emptied; the rest of what we were reading is in the copy from
+	//     our offset on, and ours starts again from 0.
+	checkRotation := func() (bool, error) {
+		fst, err := f.Stat()
+		if err != nil {
+			return false, err
+		}
+		if cst, err := os.Stat(cur); err == nil && !os.SameFile(cst, fst) {
+			if err := drain(); err != nil {
+				return false, err
+			}
+			nf, err := os.Open(cur)
+			if err != nil {
+				return false, nil // gone again: look next time
+			}
+			f.Close()
+			f = nf
+			oldSeen, _ = os.Stat(old)
+			return true, nil
+		}
+		ost, err := os.Stat(old)
+		if err != nil || (oldSeen != nil && os.SameFile(ost, oldSeen)) {
+			return false, nil
+		}
+		oldSeen = ost
+		if os.SameFile(ost, fst) {
+			// Renamed, and the new file is not there yet.
+			return false, drain()
+		}
+		pos, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return false, err
+		}
+		if err := sendOld(old, pos, buf, send); err != nil {
+			return false, err
+		}
+		_, err = f.Seek(0, io.SeekStart)
+		return true, err
 	}
 
 	finalSeen := false
@@ -209,16 +227,6 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 			return err
 		} else if rotated {
 			continue
-		}
-		// A rename we did not see as a new .1 (it was removed meanwhile).
-		if nst, err := os.Stat(cur); err == nil {
-			if fst, err := f.Stat(); err == nil && !os.SameFile(nst, fst) {
-				if nf, err := os.Open(cur); err == nil {
-					f.Close()
-					f = nf
-					continue
-				}
-			}
 		}
 		if finalSeen {
 			return send(&agentv1.LogChunk{Eof: true})
