@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
@@ -84,7 +85,7 @@ func groupName(job, group string) string { return job + "-" + group }
 
 func (w *jobRun) loadGroups(ctx context.Context) (reconcile.Result, error) {
 	var list batchv1.TaskGroupList
-	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelFleetJob: labelValue(w.name)}); err != nil {
+	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelFleetJob: kname.LabelValue(w.name)}); err != nil {
 		return ctrlkit.RequeueIfErrorAndWrap("list TaskGroups", err)
 	}
 	wanted := map[string]bool{}
@@ -164,7 +165,7 @@ func (w *jobRun) syncGroups(ctx context.Context) (reconcile.Result, error) {
 			continue
 		}
 		g := &batchv1.TaskGroup{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: job.Namespace, Labels: map[string]string{batchv1.LabelFleetJob: labelValue(job.Name)}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: job.Namespace, Labels: map[string]string{batchv1.LabelFleetJob: kname.LabelValue(job.Name)}},
 			Spec:       want,
 		}
 		if err := controllerutil.SetControllerReference(job, g, w.r.Client.Scheme()); err != nil {

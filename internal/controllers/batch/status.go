@@ -103,23 +103,6 @@ func setComplete(conds *[]metav1.Condition, c metav1.Condition) bool {
 	return true
 }
 
-// labelValue fits a name into a label value (63 bytes). Selecting by it is
-// a first cut: the controller owner reference decides.
-func labelValue(name string) string {
-	if len(name) <= 63 {
-		return name
-	}
-	v := name[:63]
-	for len(v) > 0 && !isAlnum(v[len(v)-1]) {
-		v = v[:len(v)-1]
-	}
-	return v
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
 // controllerOf returns obj's controller owner reference, or nil.
 func controllerOf(obj metav1.Object) *metav1.OwnerReference {
 	return metav1.GetControllerOf(obj)

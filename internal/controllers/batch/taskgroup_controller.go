@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
@@ -92,7 +93,7 @@ type groupRun struct {
 
 func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
 	var list batchv1.TaskList
-	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelTaskGroup: labelValue(w.name)}); err != nil {
+	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelTaskGroup: kname.LabelValue(w.name)}); err != nil {
 		return ctrlkit.RequeueIfErrorAndWrap("list Tasks", err)
 	}
 	w.mine, w.terminating = map[int]*batchv1.Task{}, map[int]bool{}
@@ -172,7 +173,7 @@ func newTask(g *batchv1.TaskGroup, index int, scheme *runtime.Scheme) (*batchv1.
 	for k, v := range g.Spec.Template.Labels {
 		labels[k] = v
 	}
-	labels[batchv1.LabelTaskGroup] = labelValue(g.Name)
+	labels[batchv1.LabelTaskGroup] = kname.LabelValue(g.Name)
 	labels[batchv1.LabelIndex] = strconv.Itoa(index)
 	if j := g.Labels[batchv1.LabelFleetJob]; j != "" {
 		labels[batchv1.LabelFleetJob] = j

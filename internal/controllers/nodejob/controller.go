@@ -24,6 +24,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/internal/nodejob"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
@@ -119,7 +120,7 @@ func (r *Reconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 // not keep ("" = all of them).
 func (r *Reconciler[T]) deleteStaleSlices(ctx context.Context, kind, name string, keep types.UID) error {
 	var list opsv1.NodeTaskSliceList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{opsv1.LabelJobKind: kind, opsv1.LabelJobName: labelValue(name)}); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{opsv1.LabelJobKind: kind, opsv1.LabelJobName: kname.LabelValue(name)}); err != nil {
 		return fmt.Errorf("list slices of %s %s: %w", kind, name, err)
 	}
 	for i := range list.Items {
@@ -195,7 +196,7 @@ func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
 				Name: nodejob.SliceName(kind, w.job.GetName(), w.job.GetUID(), i),
 				Labels: map[string]string{
 					opsv1.LabelJobKind: kind,
-					opsv1.LabelJobName: labelValue(w.job.GetName()),
+					opsv1.LabelJobName: kname.LabelValue(w.job.GetName()),
 					opsv1.LabelJobUID:  string(w.job.GetUID()),
 				},
 			},
@@ -222,23 +223,6 @@ func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.RequeueIfError(err)
 	}
 	return ctrlkit.NoRequeue()
-}
-
-// labelValue fits a job name into a label value (63 bytes); the uid label
-// is what selects, this one is for people.
-func labelValue(name string) string {
-	if len(name) <= 63 {
-		return name
-	}
-	v := name[:63]
-	for len(v) > 0 && !isAlnum(v[len(v)-1]) {
-		v = v[:len(v)-1]
-	}
-	return v
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 func (w *run[T]) loadSlices(ctx context.Context) (reconcile.Result, error) {
