@@ -321,7 +321,7 @@ func TestHandleRevisions(t *testing.T) {
 		{"a snapshot that drops items cancels and forgets them", protocol.NewSnapshot("n1", 8, []*agentv1.WorkItem{it("gap")}), true, 0, []string{"gap"}, 8},
 	}
 	for _, s := range steps {
-		if err := a.handle(ctx, hub, tr, s.env); err != nil {
+		if err := a.handleBatch(ctx, hub, tr, []*agentv1.Envelope{s.env}); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		sent := hub.take()
@@ -365,6 +365,61 @@ func TestHandleRevisions(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"a=Cancelled", "b=Cancelled", "gap=Cancelled"}; !slices.Equal(got, want) {
 		t.Fatalf("statuses %v, want %v", got, want)
+	}
+}
+
+// TestHandleBatchAcksARunInOrder feeds a run of envelopes at once, as the
+// stream reader hands over what arrived while the last run was applied.
+func TestHandleBatchAcksARunInOrder(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAgent(t, nil)
+	hub := &fakeHub{}
+	tr := protocol.NewTracker(0)
+	it := func(uid string) *agentv1.WorkItem { return &agentv1.WorkItem{Uid: uid, Type: "noop"} }
+	run := []*agentv1.Envelope{
+		protocol.NewDispatch("n1", 1, it("a")),
+		protocol.NewDispatch("n1", 2, it("b")),
+		protocol.NewCancel("n1", 3, "a"), // sees a, dispatched in the same run
+		protocol.NewDispatch("n1", 4, it("c")),
+		protocol.NewDispatch("n1", 4, it("c")), // a repeat: acked again, applied once
+		protocol.NewDispatch("n1", 7, it("gap1")),
+		protocol.NewDispatch("n1", 8, it("gap2")),
+	}
+	if err := a.handleBatch(ctx, hub, tr, run); err != nil {
+		t.Fatal(err)
+	}
+	var acks, syncs []*agentv1.Envelope
+	for _, e := range hub.take() {
+		switch e.GetKind() {
+		case agentv1.Kind_KIND_ACK:
+			acks = append(acks, e)
+		case agentv1.Kind_KIND_FULL_SYNC_REQUEST:
+			syncs = append(syncs, e)
+		}
+	}
+	if len(acks) != 1 {
+		t.Fatalf("%d acks, want one for the run", len(acks))
+	}
+	got := append([]string{acks[0].GetAckOf()}, acks[0].GetAck().GetMore()...)
+	want := []string{run[0].GetId(), run[1].GetId(), run[2].GetId(), run[3].GetId(), run[4].GetId()}
+	if !slices.Equal(got, want) {
+		t.Errorf("acked %v, want %v (the gaps are not acked)", got, want)
+	}
+	if len(syncs) != 1 || syncs[0].GetFullSyncRequest().GetHaveRevision() != 4 {
+		t.Errorf("full-sync requests %v, want one from revision 4", syncs)
+	}
+	if rev, _ := a.db.HubRevision(ctx); rev != 4 {
+		t.Errorf("hub revision %d, want 4", rev)
+	}
+	for uid, phase := range map[string]string{"a": PhaseCancelled, "b": PhasePending, "c": PhasePending} {
+		if w, ok, err := a.db.Work(ctx, uid); err != nil || !ok || w.Phase != phase {
+			t.Errorf("work %s: %+v %v %v, want phase %s", uid, w, ok, err, phase)
+		}
+	}
+	for _, uid := range []string{"gap1", "gap2"} {
+		if _, ok, _ := a.db.Work(ctx, uid); ok {
+			t.Errorf("the DB holds %s, which came after a gap", uid)
+		}
 	}
 }
 

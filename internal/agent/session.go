@@ -74,19 +74,51 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 
 	tracker := protocol.NewTracker(hubRev)
 	g, ctx := errgroup.WithContext(ctx)
+	// The reader only receives, so that envelopes that arrive while a run
+	// of them is being applied wait here and are applied (and acked)
+	// together, in one DB transaction, rather than one sync each.
+	inbox := make(chan *agentv1.Envelope, protocol.MaxAckIDs)
 	g.Go(func() error {
-		env := first
+		defer close(inbox)
 		for {
-			if err := a.handle(ctx, client, tracker, env); err != nil {
-				return err
-			}
-			env, err = stream.Recv()
+			env, err := stream.Recv()
 			if err != nil {
 				if errors.Is(err, io.EOF) {
 					return fmt.Errorf("hub %s closed the stream", hub)
 				}
 				return classify(hub, err)
 			}
+			select {
+			case inbox <- env:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+	g.Go(func() error {
+		batch := []*agentv1.Envelope{first}
+		for {
+		drain:
+			for len(batch) < protocol.MaxAckIDs {
+				select {
+				case env, ok := <-inbox:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, env)
+				default:
+					break drain
+				}
+			}
+			if err := a.handleBatch(ctx, client, tracker, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+			env, ok := <-inbox
+			if !ok {
+				return nil // the reader ended, and says why
+			}
+			batch = append(batch, env)
 		}
 	})
 	g.Go(func() error { return a.heartbeats(ctx, client) })
@@ -287,49 +319,123 @@ func nodeStateWork(ws []store.Work, maxItems, maxBytes int) []*agentv1.WorkStatu
 	return out
 }
 
-// handle applies one hub->agent envelope.
-func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *protocol.Tracker, env *agentv1.Envelope) error {
-	if err := protocol.Validate(env); err != nil {
-		a.log.Error("ignoring malformed message from hub", "err", err)
+// handleBatch applies a run of hub->agent envelopes in stream order, then
+// acks the ones it handled in one Ack. A run of Dispatches is persisted in
+// one transaction; anything else ends the run first, so that it sees the
+// dispatches before it.
+func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, tr *protocol.Tracker, envs []*agentv1.Envelope) error {
+	var (
+		acks     []string
+		run      []store.Work
+		askedGap bool
+	)
+	applyRun := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		created, err := a.db.ApplyDispatches(ctx, run)
+		if err != nil {
+			return err
+		}
+		for i, c := range created {
+			if c {
+				a.schedule(run[i].UID)
+			}
+		}
+		run = run[:0]
 		return nil
 	}
-	if env.GetNode() != a.opts.Node {
-		a.log.Error("ignoring message for another node", "for", env.GetNode())
+	for _, env := range envs {
+		if err := protocol.Validate(env); err != nil {
+			a.log.Error("ignoring malformed message from hub", "err", err)
+			continue
+		}
+		if env.GetNode() != a.opts.Node {
+			a.log.Error("ignoring message for another node", "for", env.GetNode())
+			continue
+		}
+		if d := env.GetDispatch(); d != nil {
+			switch tr.Step(env.GetRevision()) {
+			case protocol.Gap:
+				if !askedGap {
+					// Everything after a gap in this run is a gap too: one
+					// request brings the snapshot that settles them all.
+					askedGap = true
+					if err := applyRun(); err != nil {
+						return err
+					}
+					a.log.Info("revision gap; asking for a full sync", "have", tr.Last(), "got", env.GetRevision())
+					if _, err := a.call(ctx, client, protocol.NewFullSyncRequest(a.opts.Node, tr.Last())); err != nil {
+						return err
+					}
+				}
+				continue
+			case protocol.Apply:
+				it := d.GetItem()
+				run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
+			}
+			// Stale and duplicate messages are acked too, so the hub stops re-sending them.
+			acks = append(acks, env.GetId())
+			continue
+		}
+		if err := applyRun(); err != nil {
+			return err
+		}
+		ack, err := a.handle(ctx, client, tr, env, &askedGap)
+		if err != nil {
+			return err
+		}
+		if ack {
+			acks = append(acks, env.GetId())
+		}
+	}
+	if err := applyRun(); err != nil {
+		return err
+	}
+	if len(acks) == 0 {
 		return nil
 	}
+	_, err := a.call(ctx, client, protocol.NewAck(a.opts.Node, acks[0], acks[1:]...))
+	return err
+}
+
+// handle applies one hub->agent envelope other than a Dispatch, which
+// handleBatch has validated, and reports whether to ack it.
+func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *protocol.Tracker, env *agentv1.Envelope, askedGap *bool) (bool, error) {
 	switch p := env.GetPayload().(type) {
 	case *agentv1.Envelope_LogRequest:
 		// Not state: neither ordered nor acked, and answered beside the
 		// stream for as long as the reader reads (tasklogs.go).
 		go a.serveLogs(ctx, client, p.LogRequest)
-		return nil
+		return false, nil
 	case *agentv1.Envelope_NodeConfiguration:
 		if a.opts.HeartbeatInterval == 0 && p.NodeConfiguration.GetHeartbeatSeconds() > 0 {
 			a.mu.Lock()
 			a.heartbeat = secs(p.NodeConfiguration.GetHeartbeatSeconds())
 			a.mu.Unlock()
 		}
-		return nil
+		return false, nil
 	case *agentv1.Envelope_Snapshot:
 		v := tr.Reset(env.GetRevision())
 		if v == protocol.Apply {
+			*askedGap = false
 			items := make([]store.Work, 0, len(p.Snapshot.GetItems()))
 			for _, it := range p.Snapshot.GetItems() {
 				items = append(items, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
 			}
 			removed, err := a.db.ApplySnapshot(ctx, env.GetRevision(), items)
 			if err != nil {
-				return err
+				return false, err
 			}
 			for _, uid := range removed {
 				if err := a.cancel(ctx, uid, "no longer in the hub's snapshot"); err != nil {
-					return err
+					return false, err
 				}
 				// The hub has forgotten uid: forget it too (its last status is
 				// in the outbox), or the DB and every NodeState grow for ever,
 				// and a NodeState over protocol.MaxWorkItems cannot be sent.
 				if err := a.db.DeleteWork(ctx, uid); err != nil {
-					return err
+					return false, err
 				}
 			}
 			for _, it := range items {
@@ -337,40 +443,27 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 			}
 		}
 		a.log.Debug("snapshot", "revision", env.GetRevision(), "verdict", v.String(), "items", len(p.Snapshot.GetItems()))
-	case *agentv1.Envelope_Dispatch:
-		switch v := tr.Step(env.GetRevision()); v {
-		case protocol.Gap:
-			a.log.Info("revision gap; asking for a full sync", "have", tr.Last(), "got", env.GetRevision())
-			_, err := a.call(ctx, client, protocol.NewFullSyncRequest(a.opts.Node, tr.Last()))
-			return err
-		case protocol.Apply:
-			it := p.Dispatch.GetItem()
-			created, err := a.db.ApplyDispatch(ctx, env.GetRevision(), store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
-			if err != nil {
-				return err
-			}
-			if created {
-				a.schedule(it.GetUid())
-			}
-		}
 	case *agentv1.Envelope_Cancel:
 		switch v := tr.Step(env.GetRevision()); v {
 		case protocol.Gap:
+			if *askedGap {
+				return false, nil
+			}
+			*askedGap = true
 			_, err := a.call(ctx, client, protocol.NewFullSyncRequest(a.opts.Node, tr.Last()))
-			return err
+			return false, err
 		case protocol.Apply:
 			if err := a.db.SetHubRevision(ctx, env.GetRevision()); err != nil {
-				return err
+				return false, err
 			}
 			if err := a.cancel(ctx, p.Cancel.GetUid(), "cancelled by the hub"); err != nil {
-				return err
+				return false, err
 			}
 		}
 	default:
 		a.log.Error("ignoring message kind the hub should not send", "kind", env.GetKind().String())
-		return nil
+		return false, nil
 	}
 	// Stale and duplicate messages are acked too, so the hub stops re-sending them.
-	_, err := a.call(ctx, client, protocol.NewAck(a.opts.Node, env.GetId()))
-	return err
+	return true, nil
 }

@@ -291,7 +291,8 @@ func TestRevisionsEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a duplicate is acked and not applied again", func(t *testing.T) {
-		acks := h.counter(t, received, "KIND_ACK")
+		const acked = "drover_hub_acked_envelopes_total"
+		acks := h.counter(t, acked)
 		it := item("w-dup", "test", "")
 		env := protocol.NewDispatch(node, h.nextRev(t, node, 0), it)
 		h.send(t, node, env)
@@ -299,7 +300,7 @@ func TestRevisionsEndToEnd(t *testing.T) {
 		snk.waitStatus(t, node, "w-dup", agent.PhaseSucceeded)
 		waitNoPending(t, h, node)
 		testenv.Eventually(t, waitTimeout, "both copies acked", func(context.Context) (bool, error) {
-			if got := h.counter(t, received, "KIND_ACK") - acks; got != 2 {
+			if got := h.counter(t, acked) - acks; got != 2 {
 				return false, fmt.Errorf("%v acks", got)
 			}
 			return true, nil

@@ -12,6 +12,7 @@ type metrics struct {
 	apiWrites     *prometheus.CounterVec
 	registrations *prometheus.CounterVec
 	dispatched    prometheus.Counter
+	acked         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,9 +38,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		dispatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "drover_hub_dispatched_total", Help: "Work items sent to agents (snapshots count each item).",
 		}),
+		acked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_acked_envelopes_total", Help: "Hub->agent envelopes agents acknowledged, repeats included (one Ack may settle several).",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

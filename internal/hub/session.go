@@ -499,6 +499,10 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_Ack:
 		s.ack(env.GetAckOf())
+		for _, id := range p.Ack.GetMore() {
+			s.ack(id)
+		}
+		h.metrics.acked.Add(float64(1 + len(p.Ack.GetMore())))
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_FullSyncRequest:
 		if err := h.sendSnapshot(ctx, s, p.FullSyncRequest.GetHaveRevision()); err != nil {

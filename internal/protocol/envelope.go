@@ -73,9 +73,10 @@ func NewHeartbeat(node string) *agentv1.Envelope {
 	return seal(&agentv1.Envelope{Node: node, Payload: &agentv1.Envelope_Heartbeat{Heartbeat: &agentv1.Heartbeat{}}})
 }
 
-// NewAck builds an acknowledgement of the envelope whose id is ackOf.
-func NewAck(node, ackOf string) *agentv1.Envelope {
-	e := seal(&agentv1.Envelope{Node: node, Payload: &agentv1.Envelope_Ack{Ack: &agentv1.Ack{}}})
+// NewAck builds an acknowledgement of the envelope whose id is ackOf and
+// of the envelopes whose ids are more (see MaxAckIDs).
+func NewAck(node, ackOf string, more ...string) *agentv1.Envelope {
+	e := seal(&agentv1.Envelope{Node: node, Payload: &agentv1.Envelope_Ack{Ack: &agentv1.Ack{More: more}}})
 	e.AckOf = ackOf
 	return e
 }

@@ -37,6 +37,9 @@ const (
 	MaxMessageBytes = 16 << 10
 	// MaxLogChunkBytes bounds the data of a LogChunk.
 	MaxLogChunkBytes = 64 << 10
+	// MaxAckIDs bounds the envelope ids one Ack settles (ack_of and more):
+	// as many as a hub queues for one stream.
+	MaxAckIDs = 256
 )
 
 // Log streams a LogRequest may name.
@@ -116,6 +119,14 @@ func validate(e *agentv1.Envelope) string {
 		}
 		if e.GetAckOf() == "" {
 			return "kind KIND_ACK needs ack_of"
+		}
+		if n := len(p.Ack.GetMore()); n >= MaxAckIDs {
+			return fmt.Sprintf("ack settles %d envelopes, more than %d", n+1, MaxAckIDs)
+		}
+		for i, id := range p.Ack.GetMore() {
+			if r := checkID(id); r != "" {
+				return fmt.Sprintf("ack.more[%d] %s", i, r)
+			}
 		}
 	case *agentv1.Envelope_FullSyncRequest:
 		if p.FullSyncRequest == nil {

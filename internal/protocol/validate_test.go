@@ -14,6 +14,7 @@ func valid() map[string]*agentv1.Envelope {
 	envs := map[string]*agentv1.Envelope{
 		"heartbeat":                NewHeartbeat("node-1"),
 		"ack":                      NewAck("node-1", "0123abcd"),
+		"ack of several":           NewAck("node-1", "0123abcd", "4567", "89ab"),
 		"full sync request":        NewFullSyncRequest("node-1", 7),
 		"node configuration":       NewNodeConfiguration("node-1", &agentv1.NodeConfiguration{HeartbeatSeconds: 10, Hub: "hub.example:443"}),
 		"empty node configuration": NewNodeConfiguration("node-1", nil),
@@ -110,6 +111,8 @@ func TestValidateRejects(t *testing.T) {
 		{"a nil heartbeat", "heartbeat", func(e *agentv1.Envelope) { e.Payload = &agentv1.Envelope_Heartbeat{} }, "payload heartbeat is nil"},
 		{"an ack without ack_of", "ack", func(e *agentv1.Envelope) { e.AckOf = "" }, "kind KIND_ACK needs ack_of"},
 		{"an ack_of that is not an id", "ack", func(e *agentv1.Envelope) { e.AckOf = "x y" }, "ack_of has byte 0x20"},
+		{"an ack of more that is not an id", "ack", func(e *agentv1.Envelope) { e.GetAck().More = []string{"ok", ""} }, "ack.more[1] is empty"},
+		{"an ack of too many", "ack", func(e *agentv1.Envelope) { e.GetAck().More = make([]string, MaxAckIDs) }, "ack settles 257 envelopes, more than 256"},
 		{"a snapshot without revision", "snapshot", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_SNAPSHOT needs a revision > 0"},
 		{"a dispatch without revision", "dispatch", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_DISPATCH needs a revision > 0"},
 		{"a cancel without revision", "cancel", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_CANCEL needs a revision > 0"},

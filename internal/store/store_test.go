@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -298,6 +299,50 @@ func TestApplyDispatchMovesTheRevisionEvenForAKnownUID(t *testing.T) {
 	w, _, _ := s.Work(ctx, "u")
 	if w.Revision != 1 {
 		t.Errorf("Work(u).Revision = %d, want 1 (the delivering revision)", w.Revision)
+	}
+}
+
+func TestApplyDispatchesIsOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	if _, err := s.ApplyDispatch(ctx, 1, Work{UID: "known", Type: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := s.ApplyDispatches(ctx, []Work{
+		{UID: "a", Type: "noop", Revision: 2},
+		{UID: "known", Type: "noop", Revision: 3},
+		{UID: "b", Type: "noop", Revision: 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true}; !slices.Equal(created, want) {
+		t.Errorf("created = %v, want %v", created, want)
+	}
+	if rev, _ := s.HubRevision(ctx); rev != 4 {
+		t.Errorf("HubRevision() = %d, want 4", rev)
+	}
+	if w, _, _ := s.Work(ctx, "b"); w.Revision != 4 {
+		t.Errorf("Work(b).Revision = %d, want 4", w.Revision)
+	}
+
+	// Revisions out of order are refused before anything is written, and a
+	// failure inside the transaction leaves nothing of the run behind.
+	if _, err := s.ApplyDispatches(ctx, []Work{{UID: "c", Revision: 6}, {UID: "d", Revision: 5}}); err == nil {
+		t.Error("ApplyDispatches(revisions 6, 5) = nil error")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.ApplyDispatches(cctx, []Work{{UID: "c", Revision: 5}, {UID: "d", Revision: 6}}); err == nil {
+		t.Fatal("ApplyDispatches(cancelled ctx) = nil error")
+	}
+	for _, uid := range []string{"c", "d"} {
+		if _, ok, _ := s.Work(ctx, uid); ok {
+			t.Errorf("work %s exists after failed runs", uid)
+		}
+	}
+	if rev, _ := s.HubRevision(ctx); rev != 4 {
+		t.Errorf("HubRevision() after failed runs = %d, want 4", rev)
 	}
 }
 

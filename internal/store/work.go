@@ -185,6 +185,41 @@ func (s *Store) ApplyDispatch(ctx context.Context, rev uint64, w Work) (created 
 	return created, nil
 }
 
+// ApplyDispatches applies a run of delivered items in one transaction, as
+// ApplyDispatch each at its own Revision, which must increase along ws; the
+// hub revision becomes the last one. created[i] tells whether ws[i] was new.
+// One commit (one disk sync) for the run is what lets an agent take a burst
+// of dispatches at the transport's pace.
+func (s *Store) ApplyDispatches(ctx context.Context, ws []Work) (created []bool, err error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	for i, w := range ws {
+		if w.UID == "" {
+			return nil, fmt.Errorf("apply dispatch at revision %d: uid is empty", w.Revision)
+		}
+		if i > 0 && w.Revision <= ws[i-1].Revision {
+			return nil, fmt.Errorf("apply dispatches: revision %d of work %s does not follow %d", w.Revision, w.UID, ws[i-1].Revision)
+		}
+	}
+	now := s.now()
+	created = make([]bool, len(ws))
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		for i, w := range ws {
+			c, err := insertWork(ctx, tx, w, now)
+			if err != nil {
+				return fmt.Errorf("work %s at revision %d: %w", w.UID, w.Revision, err)
+			}
+			created[i] = c
+		}
+		return setRevision(ctx, tx, hubRev, ws[len(ws)-1].Revision)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply %d dispatches up to revision %d: %w", len(ws), ws[len(ws)-1].Revision, err)
+	}
+	return created, nil
+}
+
 // scanner is what both *sql.Row and *sql.Rows offer.
 type scanner interface{ Scan(dest ...any) error }
 

@@ -432,6 +432,9 @@ func (b *Bridge) answer(ctx context.Context, n *node, env *agentv1.Envelope) {
 		n.mu.Unlock()
 		if s != nil {
 			s.acked(env.GetAckOf())
+			for _, id := range env.GetAck().GetMore() {
+				s.acked(id)
+			}
 			s.touch()
 		}
 	} else if err == nil {

@@ -807,8 +807,11 @@ func (*Heartbeat) Descriptor() ([]byte, []int) {
 	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
+// Ack settles the envelope named by the envelope's ack_of and, when an
+// agent applied several at once, the ones in more (in the order applied).
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	More          []string               `protobuf:"bytes,1,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,6 +844,13 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
 	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Ack) GetMore() []string {
+	if x != nil {
+		return x.More
+	}
+	return nil
 }
 
 // FullSyncRequest asks the other side for its whole state (a Snapshot from the
@@ -1519,8 +1529,9 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\fSendResponse\x12\x1c\n" +
 	"\tduplicate\x18\x01 \x01(\bR\tduplicate\x12,\n" +
 	"\x12full_sync_required\x18\x02 \x01(\bR\x10fullSyncRequired\"\v\n" +
-	"\tHeartbeat\"\x05\n" +
-	"\x03Ack\"6\n" +
+	"\tHeartbeat\"\x19\n" +
+	"\x03Ack\x12\x12\n" +
+	"\x04more\x18\x01 \x03(\tR\x04more\"6\n" +
 	"\x0fFullSyncRequest\x12#\n" +
 	"\rhave_revision\x18\x01 \x01(\x04R\fhaveRevision\"D\n" +
 	"\bWorkItem\x12\x10\n" +
