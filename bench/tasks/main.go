@@ -49,7 +49,7 @@ import (
 
 type options struct {
 	tasks, agents, workers, rawN int
-	latencyTasks                 int
+	latencyTasks, dispatchN      int
 	transports                   string
 	binDir, work, logLevel       string
 	keep                         bool
@@ -61,6 +61,7 @@ func main() {
 	flag.IntVar(&o.agents, "agents", 4, "real drover-agent processes per transport")
 	flag.IntVar(&o.workers, "workers", 8, "concurrent clients creating tasks")
 	flag.IntVar(&o.latencyTasks, "latency-tasks", 50, "tasks created one at a time, each after the last started, for create → started latency on an idle system")
+	flag.IntVar(&o.dispatchN, "dispatch-messages", 20000, "noop items dispatched by an in-process hub straight to the agents, for Drover's dispatch message rate (0: skip)")
 	flag.IntVar(&o.rawN, "raw-messages", 100000, "messages in each raw transport baseline")
 	flag.StringVar(&o.transports, "transports", "grpc,mqtt,mosquitto", "transports to measure")
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory with drover and drover-agent (default: build them)")
@@ -140,6 +141,7 @@ type result struct {
 	rawPerSec      float64
 	rawWhat        string
 	dispatchPerSec float64
+	dispatch       dispatchResult
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -160,17 +162,35 @@ func (r *runner) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
+		if r.o.dispatchN > 0 {
+			logf("%s: %d dispatch messages from an in-process hub", m.name, r.o.dispatchN)
+			if res.dispatch, err = r.runDispatch(ctx, m); err != nil {
+				return fmt.Errorf("%s: dispatch messages: %w", m.name, err)
+			}
+			logf("%s: %.0f dispatch messages/s acked; %d noop items ended at %.0f/s", m.name, res.dispatch.perSecAcked, res.dispatch.succeeded, res.dispatch.perSecRunEnd)
+		}
 		results = append(results, res)
 	}
 	mach, _ := benchproc.Machine()
 	fmt.Printf("\n### bench/tasks, %s, %s\n\n", time.Now().UTC().Format("2006-01-02"), mach)
-	fmt.Println("| transport | agents | idle p50 / p99 create → started (goal p99 < 100 ms) | burst tasks | failed | burst tasks/s (create → Completed) | burst p50 / p99 create → started | raw transport msgs/s | Drover dispatches/s / raw |")
+	fmt.Println("| transport | agents | idle p50 / p99 create → started (goal p99 < 100 ms) | burst tasks | failed | burst tasks/s (create → Completed) | burst p50 / p99 create → started | raw transport msgs/s | tasks/s ÷ raw |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, x := range results {
 		fmt.Printf("| %s | %d | %s / %s | %d | %d | %.1f | %s / %s | %.0f (%s) | %.4f |\n", x.transport, x.agents,
 			x.idle50.Round(time.Millisecond), x.idle99.Round(time.Millisecond), x.tasks, x.failed,
 			float64(x.tasks)/x.wall.Seconds(), x.p50.Round(time.Millisecond), x.p99.Round(time.Millisecond),
 			x.rawPerSec, x.rawWhat, x.dispatchPerSec/x.rawPerSec)
+	}
+	if r.o.dispatchN > 0 {
+		fmt.Println()
+		fmt.Println("| transport | agents | dispatch messages | acked in | Drover dispatch msgs/s (acked) | raw transport msgs/s | dispatch ÷ raw (goal ≥ 0.5) | noop items run and reported/s |")
+		fmt.Println("|---|---|---|---|---|---|---|---|")
+		for _, x := range results {
+			d := x.dispatch
+			fmt.Printf("| %s | %d | %d | %s | %.0f | %.0f (%s) | %.3f | %.0f (%d of %d) |\n", x.transport, x.agents, d.messages,
+				d.acked.Round(time.Millisecond), d.perSecAcked, x.rawPerSec, x.rawWhat, d.perSecAcked/x.rawPerSec,
+				d.perSecRunEnd, d.succeeded, d.messages)
+		}
 	}
 	return nil
 }

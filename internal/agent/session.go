@@ -185,20 +185,67 @@ func (a *Agent) call(ctx context.Context, client agentv1.AgentHubClient, env *ag
 	return client.SendMessage(ctx, env)
 }
 
-// enqueue stores an agent->hub report durably, then wakes the flusher.
-func (a *Agent) enqueue(ctx context.Context, env *agentv1.Envelope) error {
-	b, err := protocol.Encode(env)
-	if err != nil {
-		return err
+// sendBatch sends msgs in order, each once the last is accepted (the hub
+// orders reports by revision), and removes the accepted ones from the outbox
+// in one commit at the end, or when a send fails: a crash before that
+// re-sends them, which the hub recognises as repeats.
+func (a *Agent) sendBatch(ctx context.Context, client agentv1.AgentHubClient, msgs []store.OutMsg, covered *uint64) (err error) {
+	done := make([]string, 0, len(msgs))
+	defer func() {
+		if ackErr := a.db.Ack(context.WithoutCancel(ctx), done...); ackErr != nil && err == nil {
+			err = ackErr
+		}
+	}()
+	sending := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		sending = append(sending, m.ID)
 	}
-	if err := a.db.Enqueue(ctx, env.GetId(), b); err != nil {
-		return err
+	_ = a.db.MarkAttempt(ctx, sending...)
+	for _, m := range msgs {
+		env, err := protocol.Decode(m.Data)
+		if err != nil {
+			a.log.Error("dropping undecodable outbox message", "id", m.ID, "err", err)
+			done = append(done, m.ID)
+			continue
+		}
+		if env.GetKind() == agentv1.Kind_KIND_STATUS && env.GetRevision() < *covered {
+			done = append(done, m.ID)
+			continue
+		}
+		resp, err := a.call(ctx, client, env)
+		if status.Code(err) == codes.InvalidArgument {
+			// The hub will never accept it; keeping it would block every later report.
+			a.log.Error("hub rejected report; dropping it", "id", m.ID, "err", err)
+		} else if err != nil {
+			return fmt.Errorf("send report %s: %w", m.ID, err)
+		}
+		done = append(done, m.ID)
+		if resp.GetFullSyncRequired() {
+			if *covered, err = a.reportNodeState(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// report records an agent->hub report durably, with the phase of uid when
+// phase is not empty (see store.Report), then wakes the flusher. build
+// makes the envelope for the report's revision.
+func (a *Agent) report(ctx context.Context, uid, phase, reason string, build func(rev uint64) *agentv1.Envelope) (uint64, error) {
+	rev, err := a.db.Report(ctx, uid, phase, reason, func(rev uint64) (string, []byte, error) {
+		env := build(rev)
+		b, err := protocol.Encode(env)
+		return env.GetId(), b, err
+	})
+	if err != nil {
+		return 0, err
 	}
 	select {
 	case a.kick <- struct{}{}:
 	default:
 	}
-	return nil
+	return rev, nil
 }
 
 // flushOutbox sends queued reports in order until each is accepted.
@@ -212,37 +259,8 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 		if err != nil {
 			return err
 		}
-		for _, m := range msgs {
-			env, err := protocol.Decode(m.Data)
-			if err != nil {
-				a.log.Error("dropping undecodable outbox message", "id", m.ID, "err", err)
-				if err := a.db.Ack(ctx, m.ID); err != nil {
-					return err
-				}
-				continue
-			}
-			if env.GetKind() == agentv1.Kind_KIND_STATUS && env.GetRevision() < covered {
-				if err := a.db.Ack(ctx, m.ID); err != nil {
-					return err
-				}
-				continue
-			}
-			_ = a.db.MarkAttempt(ctx, m.ID)
-			resp, err := a.call(ctx, client, env)
-			if status.Code(err) == codes.InvalidArgument {
-				// The hub will never accept it; keeping it would block every later report.
-				a.log.Error("hub rejected report; dropping it", "id", m.ID, "err", err)
-			} else if err != nil {
-				return fmt.Errorf("send report %s: %w", m.ID, err)
-			}
-			if err := a.db.Ack(ctx, m.ID); err != nil {
-				return err
-			}
-			if resp.GetFullSyncRequired() {
-				if covered, err = a.reportNodeState(ctx); err != nil {
-					return err
-				}
-			}
+		if err := a.sendBatch(ctx, client, msgs, &covered); err != nil {
+			return err
 		}
 		if len(msgs) == 64 {
 			continue
@@ -265,11 +283,9 @@ func (a *Agent) reportNodeState(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	statuses := nodeStateWork(ws, protocol.MaxWorkItems, nodeStateBytes)
-	rev, err := a.db.NextAgentRevision(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return rev, a.enqueue(ctx, protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses))
+	return a.report(ctx, "", "", "", func(rev uint64) *agentv1.Envelope {
+		return protocol.NewNodeState(a.opts.Node, rev, a.info(), statuses)
+	})
 }
 
 // nodeStateBytes bounds the work list of a NodeState: half an envelope,

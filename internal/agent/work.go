@@ -248,12 +248,11 @@ func (a *Agent) progress(ctx context.Context, uid, reason, message string) error
 	if len(message) > protocol.MaxMessageBytes {
 		return fmt.Errorf("work %s: progress message of %d bytes is over the protocol's %d", uid, len(message), protocol.MaxMessageBytes)
 	}
-	rev, err := a.db.NextAgentRevision(ctx)
-	if err != nil {
-		return err
-	}
-	return a.enqueue(ctx, protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseRunning,
-		Reason: clipText(reason, protocol.MaxTextBytes), Message: strings.ToValidUTF8(message, "")}))
+	_, err := a.report(ctx, uid, "", "", func(rev uint64) *agentv1.Envelope {
+		return protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseRunning,
+			Reason: clipText(reason, protocol.MaxTextBytes), Message: strings.ToValidUTF8(message, "")})
+	})
+	return err
 }
 
 // claim marks uid Running, persisted before the runner's effect so that a
@@ -310,17 +309,13 @@ func (a *Agent) finishMessage(ctx context.Context, uid, phase, reason, message s
 	if err != nil || !ok || terminal(w.Phase) {
 		return err
 	}
-	if err := a.db.SetWorkPhase(ctx, uid, phase, reason); err != nil {
-		return err
-	}
-	rev, err := a.db.NextAgentRevision(ctx)
-	if err != nil {
-		return err
-	}
 	if len(message) > protocol.MaxMessageBytes {
 		message = "" // the phase and reason still tell the end
 	}
-	return a.enqueue(ctx, protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: phase, Reason: reason, Message: strings.ToValidUTF8(message, "")}))
+	_, err = a.report(ctx, uid, phase, reason, func(rev uint64) *agentv1.Envelope {
+		return protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: phase, Reason: reason, Message: strings.ToValidUTF8(message, "")})
+	})
+	return err
 }
 
 // cancel ends uid as Cancelled, interrupting its runner if it is running.

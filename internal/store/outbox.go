@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -63,19 +64,88 @@ func (s *Store) Pending(ctx context.Context, limit int) ([]OutMsg, error) {
 	return list, nil
 }
 
-// MarkAttempt counts one more send of id. An unknown id (acked meanwhile) is
-// a no-op.
-func (s *Store) MarkAttempt(ctx context.Context, id string) error {
-	if _, err := s.w.ExecContext(ctx, `UPDATE outbox SET attempts = attempts + 1 WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("mark attempt of message %s: %w", id, err)
+// MarkAttempt counts one more send of each of ids, in one transaction.
+// Unknown ids (acked meanwhile) are skipped.
+func (s *Store) MarkAttempt(ctx context.Context, ids ...string) error {
+	return s.eachID(ctx, "mark attempt of", `UPDATE outbox SET attempts = attempts + 1 WHERE id = ?`, ids)
+}
+
+// Ack removes ids from the outbox, in one transaction. Unknown ids are
+// skipped: acks may repeat.
+func (s *Store) Ack(ctx context.Context, ids ...string) error {
+	return s.eachID(ctx, "ack", `DELETE FROM outbox WHERE id = ?`, ids)
+}
+
+func (s *Store) eachID(ctx context.Context, what, stmt string, ids []string) error {
+	switch len(ids) {
+	case 0:
+		return nil
+	case 1:
+		if _, err := s.w.ExecContext(ctx, stmt, ids[0]); err != nil {
+			return fmt.Errorf("%s message %s: %w", what, ids[0], err)
+		}
+		return nil
+	}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, stmt)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, id := range ids {
+			if _, err := st.ExecContext(ctx, id); err != nil {
+				return fmt.Errorf("message %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s %d messages: %w", what, len(ids), err)
 	}
 	return nil
 }
 
-// Ack removes id from the outbox. An unknown id is a no-op: acks may repeat.
-func (s *Store) Ack(ctx context.Context, id string) error {
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM outbox WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("ack message %s: %w", id, err)
+// Report records one agent->hub state report in one transaction: when
+// phase is not empty, uid's phase and reason change (an unknown uid is an
+// error wrapping ErrNotFound); the agent revision moves on; and the message
+// build makes with the new revision is queued. One commit, one disk sync,
+// where separate calls cost three: it is what each item's start and end
+// cost the agent.
+func (s *Store) Report(ctx context.Context, uid, phase, reason string, build func(rev uint64) (id string, data []byte, err error)) (uint64, error) {
+	var rev uint64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		now := nanos(s.now())
+		if phase != "" {
+			res, err := tx.ExecContext(ctx, `UPDATE work SET phase = ?, reason = ?, updated_at = ? WHERE uid = ?`, phase, reason, now, uid)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				return ErrNotFound
+			}
+		}
+		var v int64
+		if err := tx.QueryRowContext(ctx, `UPDATE revision SET value = value + 1 WHERE name = ? RETURNING value`, agentRev).Scan(&v); err != nil {
+			return err
+		}
+		rev = uint64(v)
+		id, data, err := build(rev)
+		if err != nil {
+			return err
+		}
+		if id == "" {
+			return errors.New("message id is empty")
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO outbox (id, data, created_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING`, id, blob(data), now)
+		return err
+	})
+	if err != nil {
+		if uid != "" {
+			return 0, fmt.Errorf("report work %s (phase %q): %w", uid, phase, err)
+		}
+		return 0, fmt.Errorf("report node state: %w", err)
 	}
-	return nil
+	return rev, nil
 }

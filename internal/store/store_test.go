@@ -346,6 +346,51 @@ func TestApplyDispatchesIsOneTransaction(t *testing.T) {
 	}
 }
 
+func TestReportIsOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	if _, err := s.PutWork(ctx, Work{UID: "u", Type: "noop", Phase: "Running"}); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(rev uint64) (string, []byte, error) { return fmt.Sprintf("m%d", rev), []byte("r"), nil }
+	rev, err := s.Report(ctx, "u", "Succeeded", "done", msg)
+	if err != nil || rev != 1 {
+		t.Fatalf("Report(u) = %d, %v; want revision 1", rev, err)
+	}
+	if w, _, _ := s.Work(ctx, "u"); w.Phase != "Succeeded" || w.Reason != "done" {
+		t.Errorf("work u = %s/%s, want Succeeded/done", w.Phase, w.Reason)
+	}
+	if rev, err = s.Report(ctx, "", "", "", msg); err != nil || rev != 2 {
+		t.Fatalf("Report(node state) = %d, %v; want revision 2", rev, err)
+	}
+	// A failure anywhere leaves nothing: not the phase, the revision, nor a message.
+	if _, err := s.Report(ctx, "gone", "Failed", "", msg); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Report(unknown uid) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Report(ctx, "u", "Failed", "x", func(uint64) (string, []byte, error) { return "", nil, errors.New("cannot encode") }); err == nil {
+		t.Error("Report(build fails) = nil error")
+	}
+	if w, _, _ := s.Work(ctx, "u"); w.Phase != "Succeeded" {
+		t.Errorf("work u = %s after a failed report, want Succeeded", w.Phase)
+	}
+	if rev, _ := s.AgentRevision(ctx); rev != 2 {
+		t.Errorf("AgentRevision() = %d after failed reports, want 2", rev)
+	}
+	pending, _ := s.Pending(ctx, 0)
+	var ids []string
+	for _, m := range pending {
+		ids = append(ids, m.ID)
+	}
+	if want := []string{"m1", "m2"}; !slices.Equal(ids, want) {
+		t.Errorf("outbox %v, want %v", ids, want)
+	}
+	must(t, s.MarkAttempt(ctx, "m1", "m2", "unknown"))
+	must(t, s.Ack(ctx, "m1", "m2", "unknown"))
+	if pending, _ := s.Pending(ctx, 0); len(pending) != 0 {
+		t.Errorf("outbox after acking all = %v, want empty", pending)
+	}
+}
+
 func TestOutboxKeepsOrderIgnoresRepeatsAndForgetsAcked(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTemp(t)
