@@ -221,26 +221,43 @@ func (c *Client) SendMessage(ctx context.Context, env *agentv1.Envelope, _ ...gr
 	topic := c.topicFor(env)
 	every := c.opts.ResendAfter
 	for {
-		if err := c.publish(ctx, topic, b); err != nil {
-			return nil, err
-		}
+		// The hub's answer comes after the broker took the publish: waiting
+		// for the PUBACK first would only add a round trip per report. A
+		// publish that fails ends the call, as a failed RPC would.
+		tok := c.mc.Publish(topic, 1, false, b)
+		published := tok.Done()
 		t := time.NewTimer(every)
-		select {
-		case r := <-ch:
-			t.Stop()
-			if r.Code != 0 {
-				return nil, status.Error(codes.Code(r.Code), r.Error)
+	wait:
+		for {
+			select {
+			case r := <-ch:
+				t.Stop()
+				if r.Code != 0 {
+					return nil, status.Error(codes.Code(r.Code), r.Error)
+				}
+				return &agentv1.SendResponse{Duplicate: r.Duplicate, FullSyncRequired: r.FullSyncRequired}, nil
+			case <-published:
+				published = nil
+				if err := tok.Error(); err != nil {
+					t.Stop()
+					select {
+					case <-c.closed:
+						return nil, c.failure()
+					default:
+					}
+					return nil, status.Errorf(codes.Unavailable, "mqtt publish %s: %v", topic, err)
+				}
+			case <-t.C:
+				c.log.Debug("no answer from the hub; publishing again", "id", env.GetId(), "kind", env.GetKind().String(), "after", every)
+				every = min(2*every, 30*time.Second)
+				break wait
+			case <-c.closed:
+				t.Stop()
+				return nil, c.failure()
+			case <-ctx.Done():
+				t.Stop()
+				return nil, status.FromContextError(ctx.Err()).Err()
 			}
-			return &agentv1.SendResponse{Duplicate: r.Duplicate, FullSyncRequired: r.FullSyncRequired}, nil
-		case <-t.C:
-			c.log.Debug("no answer from the hub; publishing again", "id", env.GetId(), "kind", env.GetKind().String(), "after", every)
-			every = min(2*every, 30*time.Second)
-		case <-c.closed:
-			t.Stop()
-			return nil, c.failure()
-		case <-ctx.Done():
-			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
 }

@@ -69,10 +69,14 @@ type Bridge struct {
 	log    *slog.Logger
 	hub    *hub.Hub
 
-	ready  chan struct{}
-	url    string
-	broker *broker.Broker
-	mc     paho.Client
+	ready chan struct{}
+	// inflight holds async publishes for the confirmer; halt closes when
+	// Start returns, so that nothing waits on a confirmer that is gone.
+	inflight chan inflight
+	halt     chan struct{}
+	url      string
+	broker   *broker.Broker
+	mc       paho.Client
 
 	metrics metrics
 	resent  atomic.Int64
@@ -110,13 +114,15 @@ func New(opts Options) (*Bridge, error) {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Bridge{
-		opts:    opts,
-		layout:  layout,
-		log:     opts.Logger.With("transport", "mqtt"),
-		hub:     opts.Hub,
-		ready:   make(chan struct{}),
-		nodes:   map[string]*node{},
-		metrics: newMetrics(opts.Registerer),
+		opts:     opts,
+		layout:   layout,
+		log:      opts.Logger.With("transport", "mqtt"),
+		hub:      opts.Hub,
+		ready:    make(chan struct{}),
+		inflight: make(chan inflight, maxInflight),
+		halt:     make(chan struct{}),
+		nodes:    map[string]*node{},
+		metrics:  newMetrics(opts.Registerer),
 	}, nil
 }
 
@@ -197,6 +203,10 @@ func (b *Bridge) Start(ctx context.Context) error {
 	b.mc = paho.NewClient(mo)
 	b.mc.Connect() // retries in the background until it connects
 	defer b.mc.Disconnect(250)
+	cctx, stopConfirm := context.WithCancel(context.Background())
+	defer stopConfirm() // after the sessions stopped (below)
+	go b.confirm(cctx)
+	defer close(b.halt)
 	select {
 	case <-subscribed:
 	case <-ctx.Done():
@@ -455,11 +465,51 @@ func (b *Bridge) answer(ctx context.Context, n *node, env *agentv1.Envelope) {
 // publishTimeout bounds waiting for the broker to take one publish.
 const publishTimeout = 10 * time.Second
 
+// respond publishes r to node without waiting for the broker: the agent
+// asks again when no answer comes.
 func (b *Bridge) respond(node string, r topics.Response) {
-	tok := b.mc.Publish(b.layout.Response(node), 1, false, topics.Encode(r))
-	if !tok.WaitTimeout(publishTimeout) || tok.Error() != nil {
-		// The agent asks again when no answer comes.
-		b.log.Warn("cannot publish an answer", "node", node, "id", r.ID, "err", tok.Error())
+	_ = b.publishAsync(context.Background(), b.layout.Response(node), topics.Encode(r))
+}
+
+// inflight is a publish the broker has not confirmed yet.
+type inflight struct {
+	topic string
+	tok   paho.Token
+}
+
+// maxInflight bounds the publishes awaiting the broker's PUBACK; beyond it
+// publishAsync waits, so a slow broker slows the bridge down rather than
+// filling memory.
+const maxInflight = 1024
+
+// publishAsync hands a QoS 1 publish to the client and returns; the
+// confirmer logs the ones the broker did not take. It waits only when
+// maxInflight publishes are unconfirmed, or until ctx ends.
+func (b *Bridge) publishAsync(ctx context.Context, topic string, payload []byte) error {
+	tok := b.mc.Publish(topic, 1, false, payload)
+	select {
+	case b.inflight <- inflight{topic: topic, tok: tok}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.halt:
+		return errors.New("mqtt bridge stopped")
+	}
+}
+
+// confirm waits for each async publish in turn and logs failures.
+func (b *Bridge) confirm(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-b.inflight:
+			if !p.tok.WaitTimeout(publishTimeout) {
+				b.log.Warn("broker did not take a publish in time (the protocol sends it again)", "topic", p.topic, "timeout", publishTimeout)
+			} else if err := p.tok.Error(); err != nil {
+				b.log.Warn("publish failed (the protocol sends it again)", "topic", p.topic, "err", err)
+			}
+		}
 	}
 }
 

@@ -106,7 +106,10 @@ func (s *session) send(env *agentv1.Envelope) error {
 		s.unacked[env.GetId()] = &outgoing{env: env, data: data, due: time.Now().Add(every), every: every}
 		s.mu.Unlock()
 	}
-	return s.b.publish(s.b.layout.Dispatch(s.node), data)
+	// Not waiting for the broker's PUBACK lets envelopes stream at the
+	// broker's pace rather than one round trip each; the app-level ack and
+	// re-sends are what make delivery sure.
+	return s.b.publishAsync(s.ctx, s.b.layout.Dispatch(s.node), data)
 }
 
 // acked settles id. An acked snapshot settles everything sent before it too,

@@ -98,6 +98,9 @@ max_packet_size %[7]d
 # The hubs' connections carry every node's traffic: a deeper queue than the
 # default 1000 (what overflows is dropped; the protocol sends it again).
 max_queued_messages 100000
+# Mosquitto leaves Nagle's algorithm on by default: every small envelope
+# that waits for the peer's delayed ACK costs ~40 ms.
+set_tcp_nodelay true
 
 %[3]s
 cafile %[4]s
