@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"runtime/pprof"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -146,6 +148,17 @@ func (r *runner) runDispatch(ctx context.Context, m mode) (dispatchResult, error
 	}
 	if err := waitDone(ctx, sink, int64(10*len(nodes)), time.Minute); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	if r.o.cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%s", r.o.cpuProfile, m.key))
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	before := sink.n.Load()
 	began := time.Now()

@@ -52,6 +52,7 @@ type options struct {
 	latencyTasks, dispatchN      int
 	transports                   string
 	binDir, work, logLevel       string
+	cpuProfile                   string
 	keep                         bool
 }
 
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 8, "concurrent clients creating tasks")
 	flag.IntVar(&o.latencyTasks, "latency-tasks", 50, "tasks created one at a time, each after the last started, for create → started latency on an idle system")
 	flag.IntVar(&o.dispatchN, "dispatch-messages", 20000, "noop items dispatched by an in-process hub straight to the agents, for Drover's dispatch message rate (0: skip)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the in-process hub, bridge and broker) during the dispatch-message phases to this file")
 	flag.IntVar(&o.rawN, "raw-messages", 100000, "messages in each raw transport baseline")
 	flag.StringVar(&o.transports, "transports", "grpc,mqtt,mosquitto", "transports to measure")
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory with drover and drover-agent (default: build them)")

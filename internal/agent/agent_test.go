@@ -240,6 +240,8 @@ type fakeHub struct {
 	mu      sync.Mutex
 	sent    []*agentv1.Envelope
 	tracker *protocol.Tracker
+	// refuseBatches answers a Status of several reports InvalidArgument.
+	refuseBatches bool
 }
 
 func (f *fakeHub) Register(context.Context, *agentv1.RegisterRequest, ...grpc.CallOption) (*agentv1.RegisterResponse, error) {
@@ -254,6 +256,9 @@ func (f *fakeHub) SendMessage(_ context.Context, env *agentv1.Envelope, _ ...grp
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sent = append(f.sent, env)
+	if f.refuseBatches && len(env.GetStatus().GetMore()) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "fake: no batches")
+	}
 	if f.tracker == nil {
 		return &agentv1.SendResponse{}, nil
 	}
@@ -365,6 +370,64 @@ func TestHandleRevisions(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"a=Cancelled", "b=Cancelled", "gap=Cancelled"}; !slices.Equal(got, want) {
 		t.Fatalf("statuses %v, want %v", got, want)
+	}
+}
+
+// TestOutboxSendsARunOfReportsInOneEnvelope: reports at consecutive
+// revisions go in one Status; a NodeState breaks the run; a hub that
+// refuses the batch gets the reports one by one.
+func TestOutboxSendsARunOfReportsInOneEnvelope(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refuseBatches=%v", refuse), func(t *testing.T) {
+			ctx := context.Background()
+			a := newTestAgent(t, nil)
+			hub := &fakeHub{refuseBatches: refuse}
+			st := func(uid string) func(uint64) *agentv1.Envelope {
+				return func(rev uint64) *agentv1.Envelope {
+					return protocol.NewStatus("n1", rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseSucceeded})
+				}
+			}
+			for _, uid := range []string{"a", "b", "c"} {
+				if _, err := a.report(ctx, "", "", "", st(uid)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := a.reportNodeState(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.report(ctx, "", "", "", st("d")); err != nil {
+				t.Fatal(err)
+			}
+			msgs, err := a.db.Pending(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var covered uint64
+			if err := a.sendBatch(ctx, hub, msgs, &covered); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range hub.take() {
+				var uids []string
+				for _, w := range append([]*agentv1.WorkStatus{e.GetStatus().GetWork()}, e.GetStatus().GetMore()...) {
+					uids = append(uids, w.GetUid())
+				}
+				if e.GetKind() == agentv1.Kind_KIND_NODE_STATE {
+					uids = []string{"state"}
+				}
+				got = append(got, fmt.Sprintf("%d:%s", e.GetRevision(), strings.Join(uids, "+")))
+			}
+			want := []string{"1:a+b+c", "4:state", "5:d"}
+			if refuse {
+				want = []string{"1:a+b+c", "1:a", "2:b", "3:c", "4:state", "5:d"}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("sent %v, want %v", got, want)
+			}
+			if left := outbox(t, a); len(left) != 0 {
+				t.Errorf("outbox holds %d messages after all were answered", len(left))
+			}
+		})
 	}
 }
 

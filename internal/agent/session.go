@@ -201,7 +201,11 @@ func (a *Agent) sendBatch(ctx context.Context, client agentv1.AgentHubClient, ms
 		sending = append(sending, m.ID)
 	}
 	_ = a.db.MarkAttempt(ctx, sending...)
-	for _, m := range msgs {
+	alone := 0 // messages before this index go alone: a batch of them was refused
+	for i := 0; i < len(msgs); {
+		start := i
+		m := msgs[i]
+		i++
 		env, err := protocol.Decode(m.Data)
 		if err != nil {
 			a.log.Error("dropping undecodable outbox message", "id", m.ID, "err", err)
@@ -212,14 +216,41 @@ func (a *Agent) sendBatch(ctx context.Context, client agentv1.AgentHubClient, ms
 			done = append(done, m.ID)
 			continue
 		}
+		ids := []string{m.ID}
+		if env.GetKind() == agentv1.Kind_KIND_STATUS && len(env.GetStatus().GetMore()) == 0 && start >= alone {
+			// Reports at the next revisions go along in one envelope: one
+			// round trip (and, over MQTT, one publish and one answer) for
+			// the run rather than one each.
+			works := []*agentv1.WorkStatus{env.GetStatus().GetWork()}
+			size := len(m.Data)
+			for ; i < len(msgs) && len(works) < protocol.MaxStatusBatch; i++ {
+				next, err := protocol.Decode(msgs[i].Data)
+				if err != nil || next.GetKind() != agentv1.Kind_KIND_STATUS || len(next.GetStatus().GetMore()) > 0 ||
+					next.GetRevision() != env.GetRevision()+uint64(len(works)) || size+len(msgs[i].Data) > statusBatchBytes {
+					break
+				}
+				size += len(msgs[i].Data)
+				works = append(works, next.GetStatus().GetWork())
+				ids = append(ids, msgs[i].ID)
+			}
+			if len(works) > 1 {
+				env = protocol.NewStatuses(a.opts.Node, env.GetRevision(), works)
+			}
+		}
 		resp, err := a.call(ctx, client, env)
+		if status.Code(err) == codes.InvalidArgument && len(ids) > 1 {
+			// Send them one by one, so that only the one the hub refuses is lost.
+			a.log.Warn("hub rejected a batch of reports; sending them one by one", "reports", len(ids), "err", err)
+			alone, i = i, start
+			continue
+		}
 		if status.Code(err) == codes.InvalidArgument {
 			// The hub will never accept it; keeping it would block every later report.
-			a.log.Error("hub rejected report; dropping it", "id", m.ID, "err", err)
+			a.log.Error("hub rejected report; dropping it", "ids", ids, "err", err)
 		} else if err != nil {
-			return fmt.Errorf("send report %s: %w", m.ID, err)
+			return fmt.Errorf("send report %s: %w", env.GetId(), err)
 		}
-		done = append(done, m.ID)
+		done = append(done, ids...)
 		if resp.GetFullSyncRequired() {
 			if *covered, err = a.reportNodeState(ctx); err != nil {
 				return err
@@ -228,6 +259,13 @@ func (a *Agent) sendBatch(ctx context.Context, client agentv1.AgentHubClient, ms
 	}
 	return nil
 }
+
+// outboxBatch is how many outbox messages one read takes.
+const outboxBatch = protocol.MaxStatusBatch
+
+// statusBatchBytes bounds the reports one Status envelope carries, well
+// within the protocol's envelope limit.
+const statusBatchBytes = protocol.MaxEnvelopeBytes / 4
 
 // report records an agent->hub report durably, with the phase of uid when
 // phase is not empty (see store.Report), then wakes the flusher. build
@@ -255,14 +293,14 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 	// too, and answer each with another full-sync request.
 	var covered uint64
 	for {
-		msgs, err := a.db.Pending(ctx, 64)
+		msgs, err := a.db.Pending(ctx, outboxBatch)
 		if err != nil {
 			return err
 		}
 		if err := a.sendBatch(ctx, client, msgs, &covered); err != nil {
 			return err
 		}
-		if len(msgs) == 64 {
+		if len(msgs) == outboxBatch {
 			continue
 		}
 		select {

@@ -155,6 +155,13 @@ func TestAgentReportRevisions(t *testing.T) {
 	st := func(rev uint64, uid string) *agentv1.Envelope {
 		return protocol.NewStatus(node, rev, &agentv1.WorkStatus{Uid: uid, Phase: "Succeeded"})
 	}
+	batch := func(rev uint64, uids ...string) *agentv1.Envelope {
+		var ws []*agentv1.WorkStatus
+		for _, uid := range uids {
+			ws = append(ws, &agentv1.WorkStatus{Uid: uid, Phase: "Succeeded"})
+		}
+		return protocol.NewStatuses(node, rev, ws)
+	}
 	first := st(11, "a")
 	steps := []struct {
 		name     string
@@ -171,6 +178,9 @@ func TestAgentReportRevisions(t *testing.T) {
 		{"a NodeState past the gap is applied", protocol.NewNodeState(node, 13, nil, []*agentv1.WorkStatus{{Uid: "a", Phase: "Succeeded"}, {Uid: "b", Phase: "Succeeded"}}), &agentv1.SendResponse{}, []string{"a"}, 1},
 		{"reports go on from the NodeState's revision", st(14, "c"), &agentv1.SendResponse{}, []string{"a", "c"}, 1},
 		{"an older NodeState is not applied", protocol.NewNodeState(node, 12, nil, nil), &agentv1.SendResponse{Duplicate: true}, []string{"a", "c"}, 1},
+		{"a batch applies its new revisions in order and skips repeats", batch(13, "b", "c", "d", "e"), &agentv1.SendResponse{}, []string{"a", "c", "d", "e"}, 1},
+		{"a batch of repeats is a duplicate", batch(15, "d", "e"), &agentv1.SendResponse{Duplicate: true}, []string{"a", "c", "d", "e"}, 1},
+		{"a batch stops at a gap", batch(18, "f", "g"), &agentv1.SendResponse{FullSyncRequired: true}, []string{"a", "c", "d", "e"}, 1},
 	}
 	for _, s := range steps {
 		// Steps depend on each other: stop at the first failure.

@@ -529,20 +529,29 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 		})
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_Status:
-		s.mu.Lock()
-		v := s.agent.Step(env.GetRevision())
-		s.mu.Unlock()
-		switch v {
-		case protocol.Apply:
-			h.log.Debug("work status", "node", node, "uid", p.Status.GetWork().GetUid(), "phase", p.Status.GetWork().GetPhase())
-			h.opts.Status.WorkStatus(ctx, node, p.Status.GetWork())
-			return &agentv1.SendResponse{}, nil
-		case protocol.Gap:
-			return &agentv1.SendResponse{FullSyncRequired: true}, nil
-		default:
+		// Work statuses at consecutive revisions from the envelope's (one
+		// for a plain report, a run of them for a batch): the new ones are
+		// applied in order, repeats skipped, and a gap stops the run.
+		works := append([]*agentv1.WorkStatus{p.Status.GetWork()}, p.Status.GetMore()...)
+		applied := 0
+		for i, w := range works {
+			s.mu.Lock()
+			v := s.agent.Step(env.GetRevision() + uint64(i))
+			s.mu.Unlock()
+			switch v {
+			case protocol.Apply:
+				h.log.Debug("work status", "node", node, "uid", w.GetUid(), "phase", w.GetPhase())
+				h.opts.Status.WorkStatus(ctx, node, w)
+				applied++
+			case protocol.Gap:
+				return &agentv1.SendResponse{FullSyncRequired: true}, nil
+			}
+		}
+		if applied == 0 {
 			h.metrics.duplicates.Inc()
 			return &agentv1.SendResponse{Duplicate: true}, nil
 		}
+		return &agentv1.SendResponse{}, nil
 	default:
 		h.metrics.rejected.WithLabelValues("unexpected-kind").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "envelope %s: kind %s is not sent by agents", env.GetId(), kind)

@@ -110,6 +110,12 @@ func NewStatus(node string, rev uint64, w *agentv1.WorkStatus) *agentv1.Envelope
 	return seal(&agentv1.Envelope{Node: node, Revision: rev, Payload: &agentv1.Envelope_Status{Status: &agentv1.Status{Work: w}}})
 }
 
+// NewStatuses builds one Status envelope of ws, which are at consecutive
+// revisions from rev (see Status).
+func NewStatuses(node string, rev uint64, ws []*agentv1.WorkStatus) *agentv1.Envelope {
+	return seal(&agentv1.Envelope{Node: node, Revision: rev, Payload: &agentv1.Envelope_Status{Status: &agentv1.Status{Work: ws[0], More: ws[1:]}}})
+}
+
 // NewNodeState builds the agent's full state at its revision rev.
 func NewNodeState(node string, rev uint64, info *agentv1.NodeInfo, work []*agentv1.WorkStatus) *agentv1.Envelope {
 	return seal(&agentv1.Envelope{Node: node, Revision: rev, Payload: &agentv1.Envelope_NodeState{NodeState: &agentv1.NodeState{Info: info, Work: work}}})

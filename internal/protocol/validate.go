@@ -37,6 +37,8 @@ const (
 	MaxMessageBytes = 16 << 10
 	// MaxLogChunkBytes bounds the data of a LogChunk.
 	MaxLogChunkBytes = 64 << 10
+	// MaxStatusBatch bounds the work statuses of one Status (work and more).
+	MaxStatusBatch = 256
 	// MaxAckIDs bounds the envelope ids one Ack settles (ack_of and more):
 	// as many as a hub queues for one stream.
 	MaxAckIDs = 256
@@ -170,6 +172,17 @@ func validate(e *agentv1.Envelope) string {
 		}
 		if r := checkWorkStatus(p.Status.GetWork()); r != "" {
 			return "status.work " + r
+		}
+		if n := len(p.Status.GetMore()); n >= MaxStatusBatch {
+			return fmt.Sprintf("status carries %d work statuses, more than %d", n+1, MaxStatusBatch)
+		}
+		for i, w := range p.Status.GetMore() {
+			if w == nil {
+				return fmt.Sprintf("status.more[%d] is nil", i)
+			}
+			if r := checkWorkStatus(w); r != "" {
+				return fmt.Sprintf("status.more[%d] %s", i, r)
+			}
 		}
 	case *agentv1.Envelope_NodeState:
 		if p.NodeState == nil {

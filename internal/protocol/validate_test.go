@@ -14,6 +14,7 @@ func valid() map[string]*agentv1.Envelope {
 	envs := map[string]*agentv1.Envelope{
 		"heartbeat":                NewHeartbeat("node-1"),
 		"ack":                      NewAck("node-1", "0123abcd"),
+		"status batch":             NewStatuses("node-1", 4, []*agentv1.WorkStatus{{Uid: "a", Phase: "Running"}, {Uid: "b", Phase: "Succeeded"}, {Uid: "c", Phase: "Failed", Reason: "exit 1"}}),
 		"ack of several":           NewAck("node-1", "0123abcd", "4567", "89ab"),
 		"full sync request":        NewFullSyncRequest("node-1", 7),
 		"node configuration":       NewNodeConfiguration("node-1", &agentv1.NodeConfiguration{HeartbeatSeconds: 10, Hub: "hub.example:443"}),
@@ -112,6 +113,13 @@ func TestValidateRejects(t *testing.T) {
 		{"an ack without ack_of", "ack", func(e *agentv1.Envelope) { e.AckOf = "" }, "kind KIND_ACK needs ack_of"},
 		{"an ack_of that is not an id", "ack", func(e *agentv1.Envelope) { e.AckOf = "x y" }, "ack_of has byte 0x20"},
 		{"an ack of more that is not an id", "ack", func(e *agentv1.Envelope) { e.GetAck().More = []string{"ok", ""} }, "ack.more[1] is empty"},
+		{"a status batch with a bad item", "status batch", func(e *agentv1.Envelope) { e.GetStatus().More[1].Uid = "" }, "status.more[1] uid is empty"},
+		{"a status batch of too many", "status batch", func(e *agentv1.Envelope) {
+			e.GetStatus().More = make([]*agentv1.WorkStatus, MaxStatusBatch)
+			for i := range e.GetStatus().More {
+				e.GetStatus().More[i] = &agentv1.WorkStatus{Uid: "u", Phase: "Running"}
+			}
+		}, "status carries 257 work statuses, more than 256"},
 		{"an ack of too many", "ack", func(e *agentv1.Envelope) { e.GetAck().More = make([]string, MaxAckIDs) }, "ack settles 257 envelopes, more than 256"},
 		{"a snapshot without revision", "snapshot", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_SNAPSHOT needs a revision > 0"},
 		{"a dispatch without revision", "dispatch", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_DISPATCH needs a revision > 0"},

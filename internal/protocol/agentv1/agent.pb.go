@@ -1162,9 +1162,14 @@ func (x *WorkStatus) GetMessage() string {
 	return ""
 }
 
+// Status reports work changes at consecutive revisions: work at the
+// envelope's revision, more[i] at revision + 1 + i. An agent whose outbox
+// holds several reports MAY send them in one envelope (at most
+// MaxStatusBatch in all).
 type Status struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Work          *WorkStatus            `protobuf:"bytes,1,opt,name=work,proto3" json:"work,omitempty"`
+	More          []*WorkStatus          `protobuf:"bytes,2,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1202,6 +1207,13 @@ func (*Status) Descriptor() ([]byte, []int) {
 func (x *Status) GetWork() *WorkStatus {
 	if x != nil {
 		return x.Work
+	}
+	return nil
+}
+
+func (x *Status) GetMore() []*WorkStatus {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -1549,9 +1561,10 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"9\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"j\n" +
 	"\x06Status\x12/\n" +
-	"\x04work\x18\x01 \x01(\v2\x1b.drover.agent.v1.WorkStatusR\x04work\"k\n" +
+	"\x04work\x18\x01 \x01(\v2\x1b.drover.agent.v1.WorkStatusR\x04work\x12/\n" +
+	"\x04more\x18\x02 \x03(\v2\x1b.drover.agent.v1.WorkStatusR\x04more\"k\n" +
 	"\tNodeState\x12-\n" +
 	"\x04info\x18\x01 \x01(\v2\x19.drover.agent.v1.NodeInfoR\x04info\x12/\n" +
 	"\x04work\x18\x02 \x03(\v2\x1b.drover.agent.v1.WorkStatusR\x04work\"R\n" +
@@ -1653,19 +1666,20 @@ var file_drover_agent_v1_agent_proto_depIdxs = []int32{
 	11, // 17: drover.agent.v1.Snapshot.items:type_name -> drover.agent.v1.WorkItem
 	11, // 18: drover.agent.v1.Dispatch.item:type_name -> drover.agent.v1.WorkItem
 	15, // 19: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
-	5,  // 20: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
-	15, // 21: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
-	3,  // 22: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
-	2,  // 23: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
-	6,  // 24: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
-	4,  // 25: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
-	7,  // 26: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
-	2,  // 27: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
-	25, // [25:28] is the sub-list for method output_type
-	22, // [22:25] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	15, // 20: drover.agent.v1.Status.more:type_name -> drover.agent.v1.WorkStatus
+	5,  // 21: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
+	15, // 22: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
+	3,  // 23: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
+	2,  // 24: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
+	6,  // 25: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
+	4,  // 26: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
+	7,  // 27: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
+	2,  // 28: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
+	26, // [26:29] is the sub-list for method output_type
+	23, // [23:26] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_drover_agent_v1_agent_proto_init() }
