@@ -135,6 +135,9 @@ type Dispatcher struct {
 
 	synced atomic.Bool
 	kick   chan struct{}
+	// urgent wakes the writer at once: an agent's report is what a user
+	// waits to see, while a dispatch alone may wait for it to follow.
+	urgent chan struct{}
 
 	mu sync.Mutex
 	// sent: task uid → the attempt this hub dispatched last.
@@ -180,6 +183,7 @@ func New(opts Options) *Dispatcher {
 	d := &Dispatcher{
 		opts: opts, log: opts.Logger,
 		kick:      make(chan struct{}, 1),
+		urgent:    make(chan struct{}, 1),
 		sent:      map[types.UID]sent{},
 		queue:     map[types.UID]*pending{},
 		cancelled: map[types.UID]time.Time{},
@@ -405,6 +409,10 @@ func (d *Dispatcher) report(node string, st *agentv1.WorkStatus, full bool) {
 		}
 	}
 	d.enqueue(tuid, node, attempt, func(p *pending) { p.reports = append(p.reports, rp) })
+	select {
+	case d.urgent <- struct{}{}:
+	default:
+	}
 }
 
 func final(phase string) bool {
@@ -640,18 +648,23 @@ func (d *Dispatcher) event(t *batchv1.Task, typ, reason, action, note string, ar
 const flushParallelism = 16
 
 // writeLoop writes queued reports: one status patch per task per flush.
+// An agent's report is written at once (what arrives while a flush is in
+// flight goes into the next one); a dispatch alone waits FlushInterval,
+// since the agent's Running report usually comes within it and one write
+// then carries both.
 func (d *Dispatcher) writeLoop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-d.urgent:
 		case <-d.kick:
-		}
-		// Gather what else arrives meanwhile into the same writes.
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(d.opts.FlushInterval):
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d.opts.FlushInterval):
+			case <-d.urgent:
+			}
 		}
 		d.flush(ctx)
 	}
@@ -730,36 +743,16 @@ func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error
 	}
 	key := client.ObjectKeyFromObject(&l.Items[0])
 	t := l.Items[0].DeepCopy()
-	if p.dispatched && t.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
-		// Sent in a snapshot (WorkFor), which must not wait for the API.
-		if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
-				return err
-			}
-			if t.UID != uid || t.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
-				return nil
-			}
-			patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
-			controllerutil.AddFinalizer(t, FinalizerCleanup)
-			err := d.opts.Client.Patch(ctx, t, patch)
-			if apierrors.IsConflict(err) {
-				d.m.conflicts.Inc()
-			}
-			return err
-		}); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		if t.UID != uid {
-			return nil
-		}
-	}
+	// The status first: it is what users wait for. The finalizer follows
+	// on the object the status write returned; a task deleted in between
+	// is cancelled by forget, as one deleted before any write is.
 	first := true
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		if !first {
 			d.m.conflicts.Inc()
 			t = &batchv1.Task{}
 			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
-				return client.IgnoreNotFound(err)
+				return err
 			}
 			if t.UID != uid {
 				return nil
@@ -779,7 +772,30 @@ func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error
 		}
 		d.m.writes.Inc()
 		return nil
-	})
+	}); err != nil || t.UID != uid {
+		return client.IgnoreNotFound(err)
+	}
+	if !p.dispatched {
+		return nil
+	}
+	// Sent in a snapshot (WorkFor), which must not wait for the API, or
+	// by Dispatch: hold the task until its process is stopped.
+	first = true
+	return client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if !first {
+			d.m.conflicts.Inc()
+			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
+				return err
+			}
+		}
+		first = false
+		if t.UID != uid || t.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(t, FinalizerCleanup)
+		return d.opts.Client.Patch(ctx, t, patch)
+	}))
 }
 
 // apply moves st along by what p says of attempt p.attempt on p.node, and
