@@ -25,6 +25,9 @@ const (
 	DefaultMaxLogBytes  = 10 << 20
 	DefaultPollInterval = time.Second
 	DefaultKillTimeout  = 10 * time.Second
+	// DefaultMaxArtifactBytes bounds one artifact: a model or a binary
+	// fits, a URL that serves without end does not fill the disk.
+	DefaultMaxArtifactBytes = 1 << 30
 )
 
 // Names of the files in an attempt's log dir.
@@ -43,6 +46,11 @@ type Options struct {
 	// PollInterval is how often the monitor checks log sizes and the
 	// processes it did not start. Default DefaultPollInterval.
 	PollInterval time.Duration
+	// MaxArtifactBytes is the largest artifact the driver downloads; a
+	// larger one fails the attempt before it starts (wire.ReasonArtifact),
+	// checked while downloading, and its partial file is removed. Default
+	// DefaultMaxArtifactBytes.
+	MaxArtifactBytes int64
 	// HTTPClient fetches artifacts. Default: a client with a 10 minute timeout.
 	HTTPClient *http.Client
 	// Logger for operators. Default: discard.
@@ -107,6 +115,9 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.MaxArtifactBytes <= 0 {
+		opts.MaxArtifactBytes = DefaultMaxArtifactBytes
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
