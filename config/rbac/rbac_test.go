@@ -32,6 +32,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/config/rbac"
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/manager"
@@ -286,6 +287,25 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err != nil || !strings.Contains(string(out), "ran as the drover service accounts") {
 		t.Errorf("drover logs: %v\n%s", err, out)
 	}
+	// A node job: the manager creates its NodeTaskSlices and writes its
+	// status, the hub writes the agent's report (the pull fails: nothing
+	// listens there) into the slice. A node that never reported would be
+	// Unknown after the job's timeout (300 s), not Failure.
+	pull := &opsv1.ImagePrePullJob{ObjectMeta: metav1.ObjectMeta{Name: "rbac-pull"}, Spec: opsv1.ImagePrePullJobSpec{
+		NodeNames: []string{"rbac-node"}, Images: []string{"127.0.0.1:1/drover/none:v1"}}}
+	if err := env.Client.Create(ctx, pull); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, runTimeout, "the node job ends with the agent's report", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pull), pull); err != nil {
+			return false, err
+		}
+		st := pull.Status
+		if st.Phase != opsv1.JobPhaseFailure || st.Counts.Failure != 1 {
+			return false, fmt.Errorf("job phase %q, counts %+v", st.Phase, st.Counts)
+		}
+		return true, nil
+	})
 	// Both record Events, sent in the background: the manager on the job,
 	// the hub when it lets a deleted Task go.
 	if err := env.Client.Delete(ctx, &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "rbac-g-0"}}); err != nil {
