@@ -43,7 +43,11 @@ type Removed struct {
 // dir is the collector's, after the retention period.
 func (d *Driver) markEnded(id string) {
 	name := filepath.Join(d.TaskDir(id), EndedFile)
-	if err := os.WriteFile(name, []byte(d.opts.Now().UTC().Format(time.RFC3339Nano)), 0o640); err != nil {
+	err := os.WriteFile(name, []byte(d.opts.Now().UTC().Format(time.RFC3339Nano)), 0o640)
+	if errors.Is(err, fs.ErrNotExist) {
+		return // no task dir (removed by hand, or never made): nothing to collect
+	}
+	if err != nil {
 		// The dir stays until someone removes it by hand; nothing else breaks.
 		d.log.Warn("cannot mark a task dir as ended; it will not be collected", "id", id, "err", err)
 	}
