@@ -199,8 +199,8 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	kubeconfig := func(sa string) string {
-		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa,
+	kubeconfig := func(namespace, sa string) string {
+		tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
 			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("token of %s: %v", sa, err)
@@ -223,9 +223,9 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		return path
 	}
 
-	mgr := start(t, "drover manager", drover, "--kubeconfig", kubeconfig("drover-manager"), "manager",
+	mgr := start(t, "drover manager", drover, "--kubeconfig", kubeconfig(ns, "drover-manager"), "manager",
 		"--metrics-bind-address", "0", "--leader-elect")
-	hub := start(t, "drover hub", drover, "--kubeconfig", kubeconfig("drover-hub"), "hub",
+	hub := start(t, "drover hub", drover, "--kubeconfig", kubeconfig(ns, "drover-hub"), "hub",
 		"--hub-name", "rbac", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "", "--metrics-bind-address", "0",
 		"--heartbeat-interval", "1s", "--offline-timeout", "20s")
 	addr := hub.waitLine(t, regexp.MustCompile(`ready hub=(\S+)`), runTimeout)[1]
@@ -325,6 +325,31 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		}
 		return true, nil
 	})
+	// Someone who may read task logs in rbac-tasks and find hubs, and
+	// nothing else, with a bearer token: the hub checks it with a
+	// TokenReview.
+	reader := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader-logs"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "drover-task-log-reader"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "rbac-tasks", Name: "reader"}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "reader-hub-locator"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "drover-hub-locator"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "rbac-tasks", Name: "reader"}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader-hub-locator"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "drover-hub-locator"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "rbac-tasks", Name: "reader"}}},
+	}
+	for _, o := range reader {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = exec.Command(drover, "--kubeconfig", kubeconfig("rbac-tasks", "reader"), "logs", "-n", "rbac-tasks", "rbac-g-0",
+		"--ca-file", caFile).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ran as the drover service accounts") {
+		t.Errorf("drover logs as a log reader: %v\n%s", err, out)
+	}
 	// The manager is the leader (its Lease) and the hub renews its own.
 	for _, lease := range []string{"drover-manager", "drover-hub-rbac"} {
 		var l unstructured.Unstructured
