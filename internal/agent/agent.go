@@ -46,6 +46,13 @@ type Options struct {
 	Version string
 	// HeartbeatInterval overrides the interval the hub asks for (tests, benchmarks).
 	HeartbeatInterval time.Duration
+	// TaskRetention is how long the dir of an ended task attempt (logs,
+	// default working dir) stays on the node; negative keeps them for
+	// ever. Default taskexec.DefaultRetention.
+	TaskRetention time.Duration
+	// MaxArtifactBytes bounds one task artifact. Default
+	// taskexec.DefaultMaxArtifactBytes.
+	MaxArtifactBytes int64
 	// Runners run work items by type. "noop" is always available.
 	Runners map[string]Runner
 	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;

@@ -37,7 +37,8 @@ type taskSet struct {
 // driver, its processes recorded in db.
 func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, error) {
 	log := a.log.With("runner", taskwire.TypeExec)
-	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Logger: log})
+	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Logger: log,
+		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Forgotten: forgotten(db)})
 	if err != nil {
 		return taskSet{}, err
 	}
@@ -251,4 +252,26 @@ func (r *taskRunner) prune(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// forgotten tells the exec driver which ended attempts the agent no longer
+// holds (a snapshot dropped them): nobody can ask for their logs any more.
+func forgotten(db *store.Store) func(context.Context, []string) ([]string, error) {
+	return func(ctx context.Context, ids []string) ([]string, error) {
+		all, err := db.ListWork(ctx)
+		if err != nil {
+			return nil, err
+		}
+		held := make(map[string]bool, len(all))
+		for _, w := range all {
+			held[w.UID] = true
+		}
+		var gone []string
+		for _, id := range ids {
+			if !held[id] {
+				gone = append(gone, id)
+			}
+		}
+		return gone, nil
+	}
 }

@@ -510,3 +510,21 @@ func TestCancelSurvivesAnAgentRestart(t *testing.T) {
 		t.Errorf("process %d still runs", pid)
 	}
 }
+
+// The exec driver removes at once the dir of an ended attempt the agent no
+// longer holds: forgotten answers from the DB.
+func TestTaskForgotten(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.PutWork(ctx, store.Work{UID: "task-held-1", Type: taskwire.TypeExec, Phase: PhaseSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := forgotten(db)(ctx, []string{"task-dropped-1", "task-held-1", "task-dropped-2"})
+	if err != nil || !slices.Equal(gone, []string{"task-dropped-1", "task-dropped-2"}) {
+		t.Errorf("forgotten = %v, %v; want the two dropped attempts", gone, err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/agent/mqttclient"
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 )
 
@@ -44,6 +45,7 @@ func Main(args []string) int {
 		version   bool
 		transport string
 		mq        mqttclient.Options
+		retention time.Duration
 	)
 	host, _ := os.Hostname()
 	fs.StringVar(&o.Node, "node", strings.ToLower(host), "this machine's node name")
@@ -57,6 +59,11 @@ func Main(args []string) int {
 	fs.StringVar(&transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; registration still uses --hub)")
 	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
 	fs.StringVar(&mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
+	fs.DurationVar(&retention, "task-retention", taskexec.DefaultRetention,
+		"how long an ended task attempt's dir (logs, default working dir) stays under --state-dir/tasks; 0 keeps them for ever. "+
+			"drover logs can read a task's output until then. A task the hub has dropped goes at once")
+	fs.Int64Var(&o.MaxArtifactBytes, "max-artifact-bytes", taskexec.DefaultMaxArtifactBytes,
+		"largest task artifact to download, in bytes; a larger one fails the task before it starts")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -64,6 +71,19 @@ func Main(args []string) int {
 	if version {
 		fmt.Println(Version)
 		return 0
+	}
+	switch {
+	case retention < 0:
+		fmt.Fprintf(os.Stderr, "drover-agent: --task-retention %s: want a duration of 0 (keep for ever) or more\n", retention)
+		return 2
+	case retention == 0:
+		o.TaskRetention = -1 // taskexec: keep for ever
+	default:
+		o.TaskRetention = retention
+	}
+	if o.MaxArtifactBytes <= 0 {
+		fmt.Fprintf(os.Stderr, "drover-agent: --max-artifact-bytes %d: want a size in bytes above 0\n", o.MaxArtifactBytes)
+		return 2
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {

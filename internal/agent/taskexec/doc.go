@@ -11,8 +11,11 @@
 // <state dir>/tasks/<work id>/work. Its artifacts are fetched over http(s)
 // before it starts, checked against their sha256 and written inside the
 // working dir (an os.Root refuses any path that would leave it, symlinks
-// included). stdout and stderr go to <state dir>/tasks/<work id>/stdout.log
-// and stderr.log.
+// included). An artifact over Options.MaxArtifactBytes fails the attempt
+// before it starts; the size is checked against Content-Length and counted
+// while downloading (the header may be missing or false, and the transport
+// decodes gzip), and the partial file is removed. stdout and stderr go to
+// <state dir>/tasks/<work id>/stdout.log and stderr.log.
 //
 // A timeout sends SIGTERM to the group, then SIGKILL after the kill timeout;
 // the attempt ends Failed with reason "timeout" and exit code 143 (it ended
@@ -53,6 +56,22 @@
 // not change: a reader that follows it sees its size drop below its offset
 // at a rotation, and goes on at that offset in <name>.1, then from the
 // start of <name>.
+//
+// # Task dirs
+//
+// When an attempt's process has ended (or the attempt ended before it
+// started), the driver writes EndedFile with the time into its task dir.
+// A second goroutine, the collector, runs GC at the start and every
+// Options.GCInterval: it removes a task dir whose attempt ended more than
+// Options.Retention ago, or that the agent no longer holds
+// (Options.Forgotten: the hub dropped the work, so no one can ask for its
+// logs), whatever its age. A dir without the mark is never removed: its
+// process may run, perhaps started by an earlier agent process and not
+// adopted yet. Neither is the dir of an attempt being prepared or running.
+// A dir is renamed to .gc-<id> under the driver's lock before it is
+// removed, so an attempt cannot start in it meanwhile; a removal cut short
+// is finished by the next pass. A working dir named by the spec is not the
+// driver's and stays.
 //
 // # Restarts
 //

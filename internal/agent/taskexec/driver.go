@@ -25,6 +25,9 @@ const (
 	DefaultMaxLogBytes  = 10 << 20
 	DefaultPollInterval = time.Second
 	DefaultKillTimeout  = 10 * time.Second
+	// DefaultMaxArtifactBytes bounds one artifact: a model or a binary
+	// fits, a URL that serves without end does not fill the disk.
+	DefaultMaxArtifactBytes = 1 << 30
 )
 
 // Names of the files in an attempt's log dir.
@@ -43,6 +46,26 @@ type Options struct {
 	// PollInterval is how often the monitor checks log sizes and the
 	// processes it did not start. Default DefaultPollInterval.
 	PollInterval time.Duration
+	// MaxArtifactBytes is the largest artifact the driver downloads; a
+	// larger one fails the attempt before it starts (wire.ReasonArtifact),
+	// checked while downloading, and its partial file is removed. Default
+	// DefaultMaxArtifactBytes.
+	MaxArtifactBytes int64
+	// Retention is how long the task dir of an ended attempt (its logs,
+	// and its working dir when the spec names none) is kept, for `drover
+	// logs` and for people to look at; then the driver removes it. Negative
+	// keeps them for ever. Default DefaultRetention.
+	Retention time.Duration
+	// GCInterval is how often the driver looks for task dirs to remove.
+	// Default DefaultGCInterval.
+	GCInterval time.Duration
+	// Forgotten returns which of ids (attempts that ended, within their
+	// retention period) the agent no longer holds: their dirs go at once,
+	// as nobody can ask for their logs any more. Nil: none is.
+	Forgotten func(ctx context.Context, ids []string) ([]string, error)
+	// Now is the clock of the ended marks and the retention period.
+	// Default time.Now.
+	Now func() time.Time
 	// HTTPClient fetches artifacts. Default: a client with a 10 minute timeout.
 	HTTPClient *http.Client
 	// Logger for operators. Default: discard.
@@ -87,14 +110,18 @@ type Driver struct {
 	opts Options
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	procs  map[*Proc]struct{} // watched by the monitor
-	closed bool
+	mu        sync.Mutex
+	procs     map[*Proc]struct{} // watched by the monitor
+	preparing map[string]int     // ids between Prepare and Start (or Close)
+	closed    bool
 
 	wake chan struct{} // a proc was added or asked to stop
 	sig  chan os.Signal
 	stop chan struct{}
 	done chan struct{} // the monitor returned
+
+	gcStop context.CancelFunc
+	gcDone chan struct{} // the collector returned
 }
 
 // New starts a driver and its monitor goroutine. Close stops it.
@@ -108,6 +135,18 @@ func New(opts Options) (*Driver, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
+	if opts.MaxArtifactBytes <= 0 {
+		opts.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
+	if opts.Retention == 0 {
+		opts.Retention = DefaultRetention
+	}
+	if opts.GCInterval <= 0 {
+		opts.GCInterval = DefaultGCInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
 	}
@@ -115,18 +154,27 @@ func New(opts Options) (*Driver, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
-		opts:  opts,
-		log:   opts.Logger,
-		procs: map[*Proc]struct{}{},
-		wake:  make(chan struct{}, 1),
-		sig:   make(chan os.Signal, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		opts:      opts,
+		log:       opts.Logger,
+		procs:     map[*Proc]struct{}{},
+		preparing: map[string]int{},
+		wake:      make(chan struct{}, 1),
+		sig:       make(chan os.Signal, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		gcDone:    make(chan struct{}),
 	}
 	// SIGCHLD tells the monitor a child changed state; a full channel
 	// coalesces signals, which is fine: the monitor checks every process.
 	signal.Notify(d.sig, syscall.SIGCHLD)
 	go d.monitor()
+	var gcCtx context.Context
+	gcCtx, d.gcStop = context.WithCancel(context.Background())
+	if opts.Retention < 0 {
+		close(d.gcDone)
+	} else {
+		go d.collect(gcCtx)
+	}
 	return d, nil
 }
 
@@ -147,7 +195,9 @@ func (d *Driver) Close() {
 	d.mu.Unlock()
 	signal.Stop(d.sig)
 	close(d.stop)
+	d.gcStop()
 	<-d.done
+	<-d.gcDone
 }
 
 // Watching is the number of processes the monitor watches now.
@@ -172,6 +222,8 @@ type Prepared struct {
 	d              *Driver
 	id             string
 	spec           *wire.Spec
+	started        bool // Start took it over; guarded by d.mu
+	released       bool // Close or Start ran; guarded by d.mu
 	path, dir      string
 	env            []string
 	logDir         string
@@ -194,6 +246,22 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *wire.Spec) (*Prep
 	if p.dir == "" {
 		p.dir = filepath.Join(p.logDir, "work")
 	}
+	// From here the collector leaves the task dir alone, until Start hands
+	// it to the process or Close marks it ended.
+	d.mu.Lock()
+	d.preparing[id]++
+	d.mu.Unlock()
+	ok := false
+	defer func() {
+		if !ok {
+			p.Close()
+		}
+	}()
+	// An attempt prepared again (the agent restarted before its start)
+	// is no longer ended.
+	if err := os.Remove(filepath.Join(p.logDir, EndedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, startErr("clear the task dir: %w", err)
+	}
 	if err := os.MkdirAll(p.logDir, 0o750); err != nil {
 		return nil, startErr("create the task dir: %w", err)
 	}
@@ -212,18 +280,37 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *wire.Spec) (*Prep
 		return nil, startErr("%w", err)
 	}
 	if p.stderr, err = openLog(filepath.Join(p.logDir, StderrFile)); err != nil {
-		p.stdout.Close()
 		return nil, startErr("%w", err)
 	}
+	ok = true
 	return p, nil
 }
 
-// Close releases a prepared attempt that will not start.
+// Close releases a prepared attempt that will not start: its task dir is
+// marked ended, for the collector.
 func (p *Prepared) Close() {
 	if p.stdout != nil {
 		p.stdout.Close()
+		p.stdout = nil
+	}
+	if p.stderr != nil {
 		p.stderr.Close()
-		p.stdout, p.stderr = nil, nil
+		p.stderr = nil
+	}
+	d := p.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p.released {
+		return
+	}
+	p.released = true
+	if d.preparing[p.id]--; d.preparing[p.id] <= 0 {
+		delete(d.preparing, p.id)
+	}
+	if !p.started && !d.busy(p.id) {
+		if _, err := os.Stat(p.logDir); err == nil {
+			d.markEnded(p.id)
+		}
 	}
 }
 
@@ -353,6 +440,7 @@ func (p *Prepared) Start() (*Proc, error) {
 	}
 	proc := d.newProc(p.id, p.spec, info, true)
 	d.procs[proc] = struct{}{}
+	p.started = true
 	d.kick()
 	d.log.Debug("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0])
 	return proc, nil
@@ -367,6 +455,7 @@ func (d *Driver) Adopt(id string, spec *wire.Spec, info Info) *Proc {
 	proc := d.newProc(id, spec, info, false)
 	st, err := readStat(info.PID)
 	if err != nil || st.startTicks != info.StartTicks || info.PID <= 0 {
+		d.markEnded(id)
 		proc.finish(Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: proc.report(
 			"the agent restarted while the task ran; its result is unknown (its process is gone)", nil)})
 		return proc

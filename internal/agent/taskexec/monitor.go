@@ -68,6 +68,8 @@ func (d *Driver) check(p *Proc, now time.Time) time.Time {
 		return time.Time{}
 	}
 	if res, ended := p.ended(); ended {
+		// Marked before Done closes: whoever sees the end sees the mark.
+		d.markEnded(p.id)
 		p.finish(res)
 		d.mu.Unlock()
 		d.log.Debug("task ended", "id", p.id, "pid", p.info.PID, "phase", res.Phase, "reason", res.Reason)

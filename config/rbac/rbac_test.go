@@ -1,0 +1,448 @@
+package rbac_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/config/rbac"
+	"github.com/drover-fleet/drover/internal/bootstrap"
+	"github.com/drover-fleet/drover/internal/manager"
+	"github.com/drover-fleet/drover/internal/testenv"
+)
+
+const (
+	ns         = "drover-system"
+	hubSA      = "system:serviceaccount:drover-system:drover-hub"
+	managerSA  = "system:serviceaccount:drover-system:drover-manager"
+	logReader  = "log-reader"
+	runTimeout = 2 * time.Minute
+)
+
+// apply creates every object of the manifests.
+func apply(t *testing.T, c client.Client) {
+	t.Helper()
+	files, err := rbac.Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(f), 4096)
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := c.Create(context.Background(), &u); err != nil {
+				t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+		}
+	}
+}
+
+func TestRBAC(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: manager.Scheme()})
+	ctx := context.Background()
+	apply(t, env.Client)
+	// A person allowed to read task logs in namespace team-a only.
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "logs", Namespace: "team-a"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "drover-task-log-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: logReader}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("SubjectAccessReview", func(t *testing.T) {
+		type check struct {
+			user                  string
+			verb, group, resource string
+			namespace, name       string
+			allowed               bool
+		}
+		var (
+			batch = batchv1.GroupVersion.Group
+			fleet = fleetv1.GroupVersion.Group
+			ops   = "operations.drover.io"
+		)
+		checks := []check{
+			// The hub: what it needs.
+			{hubSA, "create", fleet, "fleetnodes", "", "", true},
+			{hubSA, "watch", fleet, "fleetnodes", "", "", true},
+			{hubSA, "patch", fleet, "fleetnodes/status", "", "", true},
+			{hubSA, "list", batch, "tasks", "", "", true},
+			{hubSA, "patch", batch, "tasks", "team-a", "", true},
+			{hubSA, "patch", batch, "tasks/status", "team-a", "", true},
+			{hubSA, "update", ops, "nodetaskslices", "", "", true},
+			{hubSA, "watch", ops, "imageprepulljobs", "", "", true},
+			{hubSA, "create", "authentication.k8s.io", "tokenreviews", "", "", true},
+			{hubSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
+			{hubSA, "get", "", "configmaps", "kube-system", "extension-apiserver-authentication", true},
+			{hubSA, "get", "", "secrets", ns, "drover-ca", true},
+			{hubSA, "create", "", "secrets", ns, "", true},
+			{hubSA, "update", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
+			{hubSA, "create", "events.k8s.io", "events", "team-a", "", true},
+			// The hub: what it must not do.
+			{hubSA, "delete", batch, "fleetjobs", "team-a", "", false},
+			{hubSA, "update", batch, "fleetjobs", "team-a", "", false},
+			{hubSA, "create", batch, "tasks", "team-a", "", false},
+			{hubSA, "delete", batch, "tasks", "team-a", "", false},
+			{hubSA, "update", fleet, "fleetnodes", "", "", false}, // approving a node is a person's call
+			{hubSA, "delete", fleet, "fleetnodes", "", "", false},
+			{hubSA, "update", ops, "nodeupgradejobs/status", "", "", false},
+			{hubSA, "delete", ops, "nodetaskslices", "", "", false},
+			{hubSA, "get", "", "secrets", "default", "regcred", false}, // until bound per namespace
+			{hubSA, "list", "", "secrets", "kube-system", "", false},
+			{hubSA, "get", "", "configmaps", "kube-system", "kubeadm-config", false},
+			{hubSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-scheduler", false},
+			{hubSA, "delete", "", "namespaces", "", "team-a", false},
+			// The manager: what it needs.
+			{managerSA, "create", batch, "taskgroups", "team-a", "", true},
+			{managerSA, "update", batch, "taskgroups", "team-a", "", true},
+			{managerSA, "create", batch, "tasks", "team-a", "", true},
+			{managerSA, "delete", batch, "tasks", "team-a", "", true},
+			{managerSA, "update", batch, "fleetjobs/status", "team-a", "", true},
+			{managerSA, "update", batch, "tasks/status", "team-a", "", true},
+			{managerSA, "update", batch, "fleetjobs/finalizers", "team-a", "", true},
+			{managerSA, "create", ops, "nodetaskslices", "", "", true},
+			{managerSA, "update", ops, "nodeupgradejobs/status", "", "", true},
+			{managerSA, "patch", fleet, "fleetnodes/status", "", "", true},
+			{managerSA, "get", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
+			{managerSA, "create", "coordination.k8s.io", "leases", ns, "", true},
+			{managerSA, "create", "", "events", ns, "", true},
+			// The manager: what it must not do.
+			{managerSA, "delete", batch, "fleetjobs", "team-a", "", false},
+			{managerSA, "patch", batch, "tasks", "team-a", "", false}, // the hub's finalizer
+			{managerSA, "create", fleet, "fleetnodes", "", "", false},
+			{managerSA, "get", "", "secrets", ns, "drover-ca", false},
+			{managerSA, "create", "authentication.k8s.io", "tokenreviews", "", "", false},
+			{managerSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
+			// A person bound to drover-task-log-reader in team-a.
+			{logReader, "get", batch, "tasks/log", "team-a", "scan-0", true},
+			{logReader, "get", batch, "tasks/log", "default", "scan-0", false},
+			{logReader, "delete", batch, "tasks", "team-a", "scan-0", false},
+		}
+		for _, c := range checks {
+			resource, sub, _ := strings.Cut(c.resource, "/")
+			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+				User: c.user,
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: c.namespace, Verb: c.verb, Group: c.group,
+					Resource: resource, Subresource: sub, Name: c.name},
+			}}
+			if strings.HasPrefix(c.user, "system:serviceaccount:") {
+				sar.Spec.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+			}
+			if err := env.Client.Create(ctx, sar); err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != c.allowed {
+				t.Errorf("%s %s %s.%s %s/%s: allowed = %v, want %v (%s)", c.user, c.verb, c.resource, c.group,
+					c.namespace, c.name, sar.Status.Allowed, c.allowed, sar.Status.Reason)
+			}
+		}
+	})
+
+	t.Run("manager, hub and agent as the ServiceAccounts", func(t *testing.T) {
+		runAsServiceAccounts(t, env)
+	})
+}
+
+// runAsServiceAccounts runs `drover manager` and `drover hub` with the
+// tokens of their ServiceAccounts, and an agent through that hub; a task
+// runs end to end and `drover logs` reads it through the hub. Neither
+// process may have been refused anything.
+func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
+	if testing.Short() {
+		t.Skip(testenv.SkipReason)
+	}
+	ctx := context.Background()
+	drover := testenv.Binary(t, "./cmd/drover")
+	agent := testenv.Binary(t, "./cmd/drover-agent")
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := func(namespace, sa string) string {
+		tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token of %s: %v", sa, err)
+		}
+		ca := env.Config.CAData
+		if len(ca) == 0 {
+			if ca, err = os.ReadFile(env.Config.CAFile); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: ca}
+		cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+		cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: sa}
+		cfg.CurrentContext = "c"
+		path := filepath.Join(dir, sa+".kubeconfig")
+		if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+
+	mgr := start(t, "drover manager", drover, "--kubeconfig", kubeconfig(ns, "drover-manager"), "manager",
+		"--metrics-bind-address", "0", "--leader-elect")
+	hub := start(t, "drover hub", drover, "--kubeconfig", kubeconfig(ns, "drover-hub"), "hub",
+		"--hub-name", "rbac", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "", "--metrics-bind-address", "0",
+		"--heartbeat-interval", "1s", "--offline-timeout", "20s")
+	addr := hub.waitLine(t, regexp.MustCompile(`ready hub=(\S+)`), runTimeout)[1]
+
+	// An agent registers through the hub with an auto-approve token.
+	tok, err := bootstrap.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.AutoApprove = true
+	if err := bootstrap.Create(ctx, env.Client, ns, tok); err != nil {
+		t.Fatal(err)
+	}
+	var caSecret corev1.Secret
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "drover-ca"}, &caSecret); err != nil {
+		t.Fatalf("the hub did not create Drover's CA: %v", err)
+	}
+	caFile := filepath.Join(dir, "drover-ca.crt")
+	if err := os.WriteFile(caFile, caSecret.Data[corev1.TLSCertKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, "drover-agent", agent, "--node", "rbac-node", "--hub", addr, "--token", tok.String(), "--ca-file", caFile,
+		"--state-dir", filepath.Join(dir, "agent"), "--labels", "kind=rbac", "--heartbeat-interval", "1s")
+
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}}); err != nil {
+		t.Fatal(err)
+	}
+	job := &batchv1.FleetJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "rbac", Namespace: "rbac-tasks"},
+		Spec: batchv1.FleetJobSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kind": "rbac"}},
+			TaskGroups: []batchv1.TaskGroupTemplate{{Name: "g", Count: 1, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{
+				Command: []string{"sh", "-c", "echo ran as the drover service accounts"}}}}},
+		},
+	}
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, runTimeout, "the task completes", func(ctx context.Context) (bool, error) {
+		var task batchv1.Task
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "rbac-tasks", Name: "rbac-g-0"}, &task); err != nil {
+			return false, err
+		}
+		switch task.Status.State {
+		case batchv1.TaskCompleted:
+			return true, nil
+		case batchv1.TaskFailed:
+			t.Fatalf("the task failed: %+v", task.Status)
+		}
+		return false, fmt.Errorf("task state %q", task.Status.State)
+	})
+	var node fleetv1.FleetNode
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "rbac-node"}, &node); err != nil || node.Status.Phase != fleetv1.FleetNodeOnline || node.Status.Hub != "rbac" {
+		t.Errorf("FleetNode rbac-node: phase %q hub %q (%v); want Online on hub rbac", node.Status.Phase, node.Status.Hub, err)
+	}
+	// The admin's client certificate: the hub trusts the kube-apiserver's
+	// client CA (kube-system ConfigMap) and asks a SubjectAccessReview.
+	out, err := exec.Command(drover, "--kubeconfig", env.Kubeconfig, "logs", "-n", "rbac-tasks", "rbac-g-0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ran as the drover service accounts") {
+		t.Errorf("drover logs: %v\n%s", err, out)
+	}
+	// A node job: the manager creates its NodeTaskSlices and writes its
+	// status, the hub writes the agent's report (the pull fails: nothing
+	// listens there) into the slice. A node that never reported would be
+	// Unknown after the job's timeout (300 s), not Failure.
+	pull := &opsv1.ImagePrePullJob{ObjectMeta: metav1.ObjectMeta{Name: "rbac-pull"}, Spec: opsv1.ImagePrePullJobSpec{
+		NodeNames: []string{"rbac-node"}, Images: []string{"127.0.0.1:1/drover/none:v1"}}}
+	if err := env.Client.Create(ctx, pull); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, runTimeout, "the node job ends with the agent's report", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pull), pull); err != nil {
+			return false, err
+		}
+		st := pull.Status
+		if st.Phase != opsv1.JobPhaseFailure || st.Counts.Failure != 1 {
+			return false, fmt.Errorf("job phase %q, counts %+v", st.Phase, st.Counts)
+		}
+		return true, nil
+	})
+	// Both record Events, sent in the background: the manager on the job,
+	// the hub when it lets a deleted Task go.
+	if err := env.Client.Delete(ctx, &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "rbac-g-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, runTimeout, "Events from the manager and the hub", func(ctx context.Context) (bool, error) {
+		l, err := cs.EventsV1().Events("rbac-tasks").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		from := map[string]bool{}
+		for _, e := range l.Items {
+			from[e.ReportingController] = true
+		}
+		if !from["drover-manager"] || !from["drover-hub"] {
+			return false, fmt.Errorf("events from %v; want drover-manager and drover-hub", from)
+		}
+		return true, nil
+	})
+	// Someone who may read task logs in rbac-tasks and find hubs, and
+	// nothing else, with a bearer token: the hub checks it with a
+	// TokenReview.
+	reader := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader-logs"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "drover-task-log-reader"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "rbac-tasks", Name: "reader"}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "reader-hub-locator"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "drover-hub-locator"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "rbac-tasks", Name: "reader"}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader-hub-locator"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "drover-hub-locator"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "rbac-tasks", Name: "reader"}}},
+	}
+	for _, o := range reader {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = exec.Command(drover, "--kubeconfig", kubeconfig("rbac-tasks", "reader"), "logs", "-n", "rbac-tasks", "rbac-g-0",
+		"--ca-file", caFile).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ran as the drover service accounts") {
+		t.Errorf("drover logs as a log reader: %v\n%s", err, out)
+	}
+	// The manager is the leader (its Lease) and the hub renews its own.
+	for _, lease := range []string{"drover-manager", "drover-hub-rbac"} {
+		var l unstructured.Unstructured
+		l.SetAPIVersion("coordination.k8s.io/v1")
+		l.SetKind("Lease")
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: lease}, &l); err != nil {
+			t.Errorf("Lease %s: %v", lease, err)
+		}
+	}
+	for _, p := range []*proc{mgr, hub} {
+		if re := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|patch) resource`); re.MatchString(p.Output()) {
+			t.Errorf("%s was refused something:\n%s", p.name, grep(p.Output(), re))
+		}
+	}
+}
+
+// proc is a child process whose output is kept.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *proc) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// start runs bin; it is stopped (SIGTERM, then SIGKILL) when t ends.
+func start(t *testing.T, name, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- output of %s:\n%s", name, lastLines(p.Output(), 40))
+		}
+	})
+	return p
+}
+
+// waitLine waits for a line matching re and returns its submatches.
+func (p *proc) waitLine(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		sc := bufio.NewScanner(strings.NewReader(p.Output()))
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				return m
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before printing %q:\n%s", p.name, re, lastLines(p.Output(), 40))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not print %q within %s:\n%s", p.name, re, within, lastLines(p.Output(), 40))
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func grep(s string, re *regexp.Regexp) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if re.MatchString(line) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,215 @@
+package taskexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Defaults of the collection of task dirs (Options.Retention, GCInterval).
+const (
+	DefaultRetention  = 24 * time.Hour
+	DefaultGCInterval = time.Minute
+)
+
+// EndedFile is written in an attempt's task dir when its process is known
+// to have ended (or it never started), holding the time (RFC 3339). A dir
+// without it is never collected: its process may be running, perhaps
+// started by an agent process before this one and not adopted yet.
+const EndedFile = "ended"
+
+// gcPrefix names a task dir being removed: it is renamed first, under d.mu,
+// so that no attempt can start in it meanwhile; a name that cannot be a
+// work id (workIDRE allows no leading dot).
+const gcPrefix = ".gc-"
+
+// Removed is a task dir the collector removed, and why.
+type Removed struct {
+	ID string
+	// Ended is when the attempt ended.
+	Ended time.Time
+	// Forgotten: the agent no longer holds the attempt's work (the hub
+	// dropped it), so its dir went before the retention period was over.
+	Forgotten bool
+}
+
+// markEnded records that attempt id's process is over: from now the task
+// dir is the collector's, after the retention period.
+func (d *Driver) markEnded(id string) {
+	name := filepath.Join(d.TaskDir(id), EndedFile)
+	err := os.WriteFile(name, []byte(d.opts.Now().UTC().Format(time.RFC3339Nano)), 0o640)
+	if errors.Is(err, fs.ErrNotExist) {
+		return // no task dir (removed by hand, or never made): nothing to collect
+	}
+	if err != nil {
+		// The dir stays until someone removes it by hand; nothing else breaks.
+		d.log.Warn("cannot mark a task dir as ended; it will not be collected", "id", id, "err", err)
+	}
+}
+
+// endedAt is when the attempt of dir ended; false when it has no mark.
+func endedAt(dir string) (time.Time, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, EndedFile))
+	if err != nil {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+	if err != nil {
+		// Written by hand or cut short: the file's own time is the next best.
+		fi, err := os.Stat(filepath.Join(dir, EndedFile))
+		if err != nil {
+			return time.Time{}, false
+		}
+		return fi.ModTime(), true
+	}
+	return t, true
+}
+
+// busy reports whether attempt id is being prepared or runs; d.mu is held.
+func (d *Driver) busy(id string) bool {
+	if d.preparing[id] > 0 {
+		return true
+	}
+	for p := range d.procs {
+		if p.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// GC removes the task dirs of attempts that ended more than the retention
+// period ago, and of those the agent no longer holds (Options.Forgotten),
+// whatever their age. It never removes the dir of an attempt that is being
+// prepared or runs, nor one without an EndedFile. It returns what it
+// removed; an error leaves the rest for the next pass. The driver runs it
+// at its start and every Options.GCInterval; it does nothing when
+// Options.Retention is negative or the driver is closed.
+func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
+	if d.opts.Retention < 0 {
+		return nil, nil
+	}
+	root := filepath.Join(d.opts.StateDir, "tasks")
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list task dirs: %w", err)
+	}
+	now := d.opts.Now()
+	var (
+		expired []Removed
+		young   = map[string]time.Time{}
+		errs    []error
+	)
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() {
+			continue
+		}
+		if strings.HasPrefix(name, gcPrefix) {
+			// A removal cut short (the agent stopped): finish it.
+			if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if !workIDRE.MatchString(name) {
+			continue // not the driver's
+		}
+		ended, ok := endedAt(filepath.Join(root, name))
+		switch {
+		case !ok:
+		case now.Sub(ended) >= d.opts.Retention:
+			expired = append(expired, Removed{ID: name, Ended: ended})
+		default:
+			young[name] = ended
+		}
+	}
+	if len(young) > 0 && d.opts.Forgotten != nil {
+		ids := make([]string, 0, len(young))
+		for id := range young {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		gone, err := d.opts.Forgotten(ctx, ids)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ask which tasks the agent forgot: %w", err))
+		}
+		for _, id := range gone {
+			if ended, ok := young[id]; ok {
+				expired = append(expired, Removed{ID: id, Ended: ended, Forgotten: true})
+			}
+		}
+	}
+	var removed []Removed
+	for _, r := range expired {
+		ok, err := d.remove(r.ID)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if !ok {
+			continue
+		}
+		removed = append(removed, r)
+		why := "its retention period is over"
+		if r.Forgotten {
+			why = "the hub no longer holds the task"
+		}
+		d.log.Info("removed the directory of a finished task", "id", r.ID, "ended", r.Ended.UTC().Format(time.RFC3339),
+			"why", why, "retention", d.opts.Retention)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// remove removes the dir of attempt id unless it is busy (or the driver is
+// closed, and its processes unwatched). It reports whether it did.
+func (d *Driver) remove(id string) (bool, error) {
+	dir := d.TaskDir(id)
+	tmp := filepath.Join(filepath.Dir(dir), gcPrefix+id)
+	d.mu.Lock()
+	if d.closed || d.busy(id) {
+		d.mu.Unlock()
+		return false, nil
+	}
+	// Checked again under the lock: an attempt of this id prepared since
+	// the listing removed the mark.
+	if _, ok := endedAt(dir); !ok {
+		d.mu.Unlock()
+		return false, nil
+	}
+	err := os.Rename(dir, tmp)
+	d.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("remove task dir %s: %w", dir, err)
+	}
+	// Out of the lock: a big working dir takes a while.
+	if err := os.RemoveAll(tmp); err != nil {
+		return true, fmt.Errorf("remove task dir %s: %w", dir, err)
+	}
+	return true, nil
+}
+
+// collect runs GC at once and every GCInterval until the driver closes.
+func (d *Driver) collect(ctx context.Context) {
+	defer close(d.gcDone)
+	t := time.NewTicker(d.opts.GCInterval)
+	defer t.Stop()
+	for {
+		if _, err := d.GC(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("cannot remove every finished task dir; trying again later", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

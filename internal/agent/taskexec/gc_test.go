@@ -1,0 +1,244 @@
+package taskexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-fleet/drover/internal/task/wire"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// syncBuffer is a log sink the collector goroutine and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func exists(t *testing.T, path string) bool {
+	t.Helper()
+	_, err := os.Stat(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func TestGC(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: t0}
+	var (
+		mu        sync.Mutex
+		forgotten = map[string]bool{}
+		asked     []string
+	)
+	var logs syncBuffer
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	d := newDriver(t, Options{
+		Retention:  time.Hour,
+		GCInterval: time.Hour, // the pass at the start, then only the test's
+		Now:        clock.Now,
+		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
+		Forgotten: func(_ context.Context, ids []string) ([]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, ids...)
+			var gone []string
+			for _, id := range ids {
+				if forgotten[id] {
+					gone = append(gone, id)
+				}
+			}
+			return gone, nil
+		},
+	})
+	tasks := filepath.Join(d.opts.StateDir, "tasks")
+	gc := func(at time.Time) {
+		t.Helper()
+		clock.Set(at)
+		if _, err := d.GC(context.Background()); err != nil {
+			t.Fatalf("GC: %v", err)
+		}
+	}
+	check := func(when string, want map[string]bool) {
+		t.Helper()
+		for id, kept := range want {
+			if got := exists(t, d.TaskDir(id)); got != kept {
+				t.Errorf("%s: dir of %s exists = %v, want %v", when, id, got, kept)
+			}
+		}
+	}
+
+	// Ended at t0: the retention period is over at t0+1h.
+	run(t, d, "task-old-1", &wire.Spec{Command: []string{"true"}})
+	ownWork := t.TempDir()
+	run(t, d, "task-own-wd-1", &wire.Spec{Command: []string{"touch", "kept"}, WorkingDir: ownWork})
+	if _, err := d.Prepare(context.Background(), "task-noart-1", &wire.Spec{Command: []string{"true"},
+		Artifacts: []wire.Artifact{{URL: srv.URL + "/x", SHA256: strings.Repeat("0", 64), Path: "x"}}}); err == nil {
+		t.Fatal("Prepare with a missing artifact succeeded")
+	}
+	// Runs on, for ever.
+	sleeper := start(t, d, "task-running-1", &wire.Spec{Command: []string{"sleep", "600"}})
+	defer func() { sleeper.Cancel(); wait(t, sleeper) }()
+	// Started by an earlier agent process, not adopted yet: no ended mark.
+	if err := os.MkdirAll(filepath.Join(tasks, "task-unmarked-1"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tasks, "notes.txt"), []byte("not a task dir"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// Ended at t0+50m.
+	clock.Set(t0.Add(50 * time.Minute))
+	run(t, d, "task-young-1", &wire.Spec{Command: []string{"echo", "still wanted"}})
+	run(t, d, "task-forgotten-1", &wire.Spec{Command: []string{"true"}})
+	mu.Lock()
+	forgotten["task-forgotten-1"] = true
+	mu.Unlock()
+
+	gc(t0.Add(59 * time.Minute))
+	check("t0+59m", map[string]bool{"task-old-1": true, "task-own-wd-1": true, "task-noart-1": true,
+		"task-running-1": true, "task-unmarked-1": true, "task-young-1": true, "task-forgotten-1": false})
+	mu.Lock()
+	if !slices.Contains(asked, "task-young-1") || slices.Contains(asked, "task-running-1") || slices.Contains(asked, "task-unmarked-1") {
+		t.Errorf("Forgotten was asked about %v: want the ended attempts only", asked)
+	}
+	mu.Unlock()
+
+	gc(t0.Add(61 * time.Minute))
+	check("t0+61m", map[string]bool{"task-old-1": false, "task-own-wd-1": false, "task-noart-1": false,
+		"task-running-1": true, "task-unmarked-1": true, "task-young-1": true})
+	if !exists(t, filepath.Join(ownWork, "kept")) {
+		t.Error("the spec's own working dir was removed with the task dir")
+	}
+	if b, err := os.ReadFile(filepath.Join(d.TaskDir("task-young-1"), StdoutFile)); err != nil || string(b) != "still wanted\n" {
+		t.Errorf("the log of a task within its retention: %q, %v", b, err)
+	}
+
+	gc(t0.Add(24 * time.Hour))
+	check("t0+24h", map[string]bool{"task-running-1": true, "task-unmarked-1": true, "task-young-1": false})
+	if !exists(t, filepath.Join(tasks, "notes.txt")) {
+		t.Error("a file that is no task dir was removed")
+	}
+
+	// The running task ends at t0+24h; its dir goes an hour later.
+	sleeper.Cancel()
+	wait(t, sleeper)
+	gc(t0.Add(24*time.Hour + 59*time.Minute))
+	check("t0+24h59m", map[string]bool{"task-running-1": true})
+	gc(t0.Add(25 * time.Hour))
+	check("t0+25h", map[string]bool{"task-running-1": false, "task-unmarked-1": true})
+
+	out := logs.String()
+	for _, want := range []string{"id=task-old-1", "id=task-forgotten-1", "the hub no longer holds the task", "its retention period is over"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
+	}
+	if entries, _ := os.ReadDir(tasks); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), gcPrefix) }) {
+		t.Errorf("left %v", entries)
+	}
+}
+
+// An attempt prepared again in a dir marked ended (the agent stopped
+// between Prepare and Start, and resumes it) is no longer ended.
+func TestGCSparesAPreparedAttempt(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: t0}
+	d := newDriver(t, Options{Retention: time.Hour, GCInterval: time.Hour, Now: clock.Now})
+	spec := &wire.Spec{Command: []string{"sleep", "600"}}
+	prep, err := d.Prepare(context.Background(), "task-again-1", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Close()
+	if !exists(t, filepath.Join(d.TaskDir("task-again-1"), EndedFile)) {
+		t.Fatal("a prepared attempt closed without starting is not marked ended")
+	}
+	prep, err = d.Prepare(context.Background(), "task-again-1", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(t0.Add(48 * time.Hour))
+	if removed, err := d.GC(context.Background()); err != nil || len(removed) != 0 {
+		t.Fatalf("GC while prepared = %v, %v; want nothing removed", removed, err)
+	}
+	p, err := prep.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Cancel(); wait(t, p) }()
+	if removed, err := d.GC(context.Background()); err != nil || len(removed) != 0 || !exists(t, d.TaskDir("task-again-1")) {
+		t.Fatalf("GC while running = %v, %v; want nothing removed", removed, err)
+	}
+}
+
+// The driver collects at its start, by itself, and its collector stops
+// with Close.
+func TestGCAtStart(t *testing.T) {
+	state := t.TempDir()
+	old := filepath.Join(state, "tasks", "task-before-1")
+	cut := filepath.Join(state, "tasks", gcPrefix+"task-before-0") // a removal the last agent cut short
+	for _, dir := range []string{filepath.Join(old, "work"), cut} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(old, EndedFile), []byte(time.Now().Add(-25*time.Hour).Format(time.RFC3339Nano)), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for exists(t, old) || exists(t, cut) {
+		if time.Now().After(deadline) {
+			t.Fatal("the driver did not remove an expired task dir at its start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.Close() // returns once the collector has stopped
+	if removed, err := d.GC(context.Background()); err != nil || removed != nil {
+		t.Errorf("GC after Close = %v, %v; want nothing", removed, err)
+	}
+}
