@@ -197,6 +197,14 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
 func (r *runner) binaries(ctx context.Context) error {
 	dir := r.o.binDir
 	if dir == "" {
@@ -465,6 +473,7 @@ func (r *runner) runIdle(ctx context.Context, label string) (p50, p99 time.Durat
 	if len(lat) == 0 {
 		return 0, 0, nil
 	}
+	logf("%s: one at a time: p90 %s, slowest %v", label, lat[len(lat)*90/100].Round(time.Millisecond), roundAll(lat[max(0, len(lat)-5):]))
 	return lat[len(lat)*50/100], lat[min(len(lat)-1, len(lat)*99/100)], nil
 }
 
