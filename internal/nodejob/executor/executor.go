@@ -43,9 +43,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
@@ -174,7 +176,8 @@ func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
 	noLeader := false
 	mapJob := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
 		var l opsv1.NodeTaskSliceList
-		if err := e.opts.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(obj.GetUID())}); err != nil {
+		// Only the names are read: no deep copy of every slice.
+		if err := e.opts.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(obj.GetUID())}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		out := make([]reconcile.Request, 0, len(l.Items))
@@ -187,10 +190,14 @@ func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return out
 	})
+	// What a node gets depends on the job's spec (confirmations, abort),
+	// never on its status: the manager's status writes (one per slice
+	// write) would re-index every slice of the job each time.
+	specOnly := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	err := ctrl.NewControllerManagedBy(mgr).Named("nodejob-executor").
 		For(&opsv1.NodeTaskSlice{}).
-		Watches(&opsv1.NodeUpgradeJob{}, mapJob).
-		Watches(&opsv1.ImagePrePullJob{}, mapJob).
+		Watches(&opsv1.NodeUpgradeJob{}, mapJob, specOnly).
+		Watches(&opsv1.ImagePrePullJob{}, mapJob, specOnly).
 		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 2}).
 		Complete(e)
 	if err != nil {
