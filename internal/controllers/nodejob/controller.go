@@ -3,6 +3,7 @@ package nodejob
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -141,7 +142,8 @@ type run[T opsv1.NodeJob] struct {
 	job T
 	now time.Time
 
-	targets []opsv1.NodeTaskStatus // Init: the initial entries
+	targets []opsv1.NodeTaskStatus       // Init: the initial entries
+	nodes   map[string]nodejob.NodeState // Init: the FleetNodes, for admission
 	slices  []opsv1.NodeTaskSlice
 	recheck time.Duration
 }
@@ -149,10 +151,13 @@ type run[T opsv1.NodeJob] struct {
 func (w *run[T]) resolveNodes(ctx context.Context) (reconcile.Result, error) {
 	names, sel := w.job.Target()
 	var list fleetv1.FleetNodeList
-	if err := w.r.Client.List(ctx, &list); err != nil {
+	// Read only: a deep copy of every FleetNode per reconcile was most of
+	// the manager's CPU in a 2,000-node job.
+	if err := w.r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrlkit.RequeueIfErrorAndWrap("list FleetNodes", err)
 	}
 	byName := make(map[string]bool, len(list.Items))
+	w.nodes = nodeStates(list.Items)
 	for _, n := range list.Items {
 		byName[n.Name] = true
 	}
@@ -186,14 +191,31 @@ func (w *run[T]) resolveNodes(ctx context.Context) (reconcile.Result, error) {
 	return ctrlkit.NoRequeue()
 }
 
+// createSlices writes the job's NodeTaskSlices with the first admission
+// already in them: the nodes that fit within concurrency are InProgress
+// from the start, so the hubs dispatch them when the slices appear, instead
+// of one more round of writes to every slice. Slices that already exist
+// (an earlier reconcile created them and the cache has not seen the job's
+// Init status yet, or it stopped half-way) are kept as they are.
 func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
 	kind := w.job.JobKind()
 	per := nodejob.NodesPerSlice(w.job.ImageCount())
+	var fresh []int // indexes into w.slices of the slices to create
 	for i := 0; i*per < len(w.targets); i++ {
+		name := nodejob.SliceName(kind, w.job.GetName(), w.job.GetUID(), i)
+		var old opsv1.NodeTaskSlice
+		err := w.r.Client.Get(ctx, client.ObjectKey{Name: name}, &old)
+		switch {
+		case err == nil && old.Job.UID == w.job.GetUID():
+			w.slices = append(w.slices, old)
+			continue
+		case err != nil && !apierrors.IsNotFound(err):
+			return ctrlkit.RequeueIfErrorAndWrap("get NodeTaskSlice "+name, err)
+		}
 		part := w.targets[i*per : min((i+1)*per, len(w.targets))]
 		s := opsv1.NodeTaskSlice{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: nodejob.SliceName(kind, w.job.GetName(), w.job.GetUID(), i),
+				Name: name,
 				Labels: map[string]string{
 					opsv1.LabelJobKind: kind,
 					opsv1.LabelJobName: kname.LabelValue(w.job.GetName()),
@@ -206,11 +228,30 @@ func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
 		if err := controllerutil.SetControllerReference(w.job, &s, w.r.Client.Scheme()); err != nil {
 			return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
 		}
+		fresh = append(fresh, len(w.slices))
 		w.slices = append(w.slices, s)
+	}
+	if len(fresh) == 0 {
+		return ctrlkit.NoRequeue()
+	}
+	// The first admission, over every entry (those of existing slices
+	// count towards concurrency); only the new slices take its changes.
+	res := w.step(w.entries(), w.nodes)
+	w.recheck = res.RecheckAfter
+	at := map[string]*opsv1.NodeTaskStatus{}
+	for _, i := range fresh {
+		for j := range w.slices[i].Nodes {
+			at[w.slices[i].Nodes[j].NodeName] = &w.slices[i].Nodes[j]
+		}
+	}
+	for _, c := range res.Changes {
+		if e := at[c.From.NodeName]; e != nil {
+			c.Apply(e)
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sliceWriters)
-	for i := range w.slices {
+	for _, i := range fresh {
 		g.Go(func() error {
 			s := w.slices[i].DeepCopy()
 			if err := w.r.Client.Create(gctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -223,6 +264,25 @@ func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.RequeueIfError(err)
 	}
 	return ctrlkit.NoRequeue()
+}
+
+// nodeStates is what Step needs of each FleetNode.
+func nodeStates(items []fleetv1.FleetNode) map[string]nodejob.NodeState {
+	out := make(map[string]nodejob.NodeState, len(items))
+	for _, n := range items {
+		out[n.Name] = nodejob.NodeState{Exists: true, Phase: string(n.Status.Phase), Hub: n.Status.Hub}
+	}
+	return out
+}
+
+// step runs nodejob.Step over entries with the job's knobs.
+func (w *run[T]) step(entries []opsv1.NodeTaskStatus, nodes map[string]nodejob.NodeState) nodejob.Result {
+	exec := w.job.Execution()
+	return nodejob.Step(w.now, nodejob.Inputs{
+		Concurrency: int(max(exec.Concurrency, 1)),
+		Timeout:     time.Duration(max(exec.TimeoutSeconds, 1)) * time.Second,
+		Aborted:     w.job.Aborted(),
+	}, entries, nodes)
 }
 
 func (w *run[T]) loadSlices(ctx context.Context) (reconcile.Result, error) {
@@ -250,20 +310,17 @@ func (w *run[T]) entries() []opsv1.NodeTaskStatus {
 
 func (w *run[T]) stepNodes(ctx context.Context) (reconcile.Result, error) {
 	entries := w.entries()
-	nodes := map[string]nodejob.NodeState{}
-	var list fleetv1.FleetNodeList
-	if err := w.r.Client.List(ctx, &list); err != nil {
-		return ctrlkit.RequeueIfErrorAndWrap("list FleetNodes", err)
+	// Step reads the FleetNodes only to admit or fail Pending nodes; once
+	// every node has started, reconciles (one per slice write) skip them.
+	var nodes map[string]nodejob.NodeState
+	if slices.ContainsFunc(entries, func(e opsv1.NodeTaskStatus) bool { return e.Phase == opsv1.NodeTaskPhasePending }) {
+		var list fleetv1.FleetNodeList
+		if err := w.r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("list FleetNodes", err)
+		}
+		nodes = nodeStates(list.Items)
 	}
-	for _, n := range list.Items {
-		nodes[n.Name] = nodejob.NodeState{Exists: true, Phase: string(n.Status.Phase), Hub: n.Status.Hub}
-	}
-	exec := w.job.Execution()
-	res := nodejob.Step(w.now, nodejob.Inputs{
-		Concurrency: int(max(exec.Concurrency, 1)),
-		Timeout:     time.Duration(max(exec.TimeoutSeconds, 1)) * time.Second,
-		Aborted:     w.job.Aborted(),
-	}, entries, nodes)
+	res := w.step(entries, nodes)
 	w.recheck = res.RecheckAfter
 	if len(res.Changes) == 0 {
 		return ctrlkit.NoRequeue()
@@ -336,9 +393,6 @@ func (w *run[T]) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	st := w.job.JobStatus()
 	before := st.DeepCopy()
 	entries := w.entries()
-	if st.Phase == "" {
-		entries = w.targets
-	}
 	counts := nodejob.Count(entries)
 	exec := w.job.Execution()
 	v := nodejob.Phase(counts, exec.FailureTolerate)

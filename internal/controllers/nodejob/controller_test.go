@@ -335,3 +335,32 @@ func TestRecreatedJobStartsClean(t *testing.T) {
 		return e.Phase == opsv1.NodeTaskPhaseInProgress && e.Reason != "disk full", nil
 	})
 }
+
+func TestSlicesAreCreatedWithTheFirstAdmission(t *testing.T) {
+	testenv.Require(t, env)
+	startManager(t)
+	for _, n := range []string{"fa-a", "fa-b", "fa-c"} {
+		node(t, n, fleetv1.FleetNodeOnline, nil)
+	}
+	ctx := context.Background()
+	job := upgrade("first-admission", []string{"fa-a", "fa-b", "fa-c", "fa-missing"}, func(j *opsv1.NodeUpgradeJob) { j.Spec.Concurrency = 2 })
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	var l opsv1.NodeTaskSliceList
+	testenv.Eventually(t, waitTimeout, "the job's slice", func(ctx context.Context) (bool, error) {
+		err := env.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(job.UID)})
+		return err == nil && len(l.Items) == 1, err
+	})
+	// Generation 1: the admission is in the slice as created, not a
+	// second write to it.
+	s := l.Items[0]
+	got := map[string]opsv1.NodeTaskPhase{}
+	for _, e := range s.Nodes {
+		got[e.NodeName] = e.Phase
+	}
+	want := map[string]opsv1.NodeTaskPhase{"fa-a": "InProgress", "fa-b": "InProgress", "fa-c": "Pending", "fa-missing": "Failure"}
+	if s.Generation != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("slice generation %d, entries %v; want generation 1 and %v", s.Generation, got, want)
+	}
+}

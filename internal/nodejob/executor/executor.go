@@ -3,6 +3,16 @@
 // connected to this hub, and writes the agents' reports back into the
 // slices in coalesced batches.
 //
+// A report that changes a node's phase, or puts it at WaitingConfirmation,
+// is written at the next flush (FlushInterval). Other action reports (an
+// action ended, the flow goes on) wait up to HoldInterval, or until half
+// the job's timeoutSeconds after the entry's last update if that is sooner,
+// and ride along with the node's next write: a node whose actions end
+// within a few seconds of each other costs one slice write, not one per
+// action. An entry's updateTime is when the hub received the report that
+// last changed it, so the manager's timeout counts from the node's last
+// report, however late it was written.
+//
 // Every hub runs one; none needs to be the leader. A node's work is the
 // job's uid, so whichever hub the node is connected to sends it, and a node
 // that moves hubs gets it again in the new hub's snapshot (WorkFor); the
@@ -33,13 +43,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/nodejob"
+	"github.com/drover-fleet/drover/internal/nodejob/flow"
 	"github.com/drover-fleet/drover/internal/nodejob/wire"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -59,19 +72,45 @@ type Options struct {
 	APIReader client.Reader
 	// FlushInterval is how long reports are gathered before a write. Default 250ms.
 	FlushInterval time.Duration
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
-	Now           func() time.Time
+	// HoldInterval is how long a report that changes neither the node's
+	// phase nor puts it at WaitingConfirmation may wait for the node's next
+	// write. Default 5s.
+	HoldInterval time.Duration
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Now          func() time.Time
 }
 
 type jobRef struct {
 	kind, name string
 	uid        types.UID
+	// timeout is the job's timeoutSeconds: the manager marks Unknown a
+	// node whose entry has not changed for that long.
+	timeout time.Duration
+}
+
+// nodeRef is where a node's entry is and when it last changed.
+type nodeRef struct {
+	slice string
+	// since is the entry's updateTime as this executor last saw or wrote it.
+	since time.Time
 }
 
 type report struct {
 	phase string
 	r     wire.Report
+	at    time.Time // when the hub received it
+}
+
+// urgent reports whether a node's reports must be written at the next
+// flush: they change its phase, or it waits for an operator.
+func urgent(rs []report) bool {
+	for _, rp := range rs {
+		if rp.phase != wire.PhaseRunning || rp.r.Action == flow.WaitingConfirmation {
+			return true
+		}
+	}
+	return false
 }
 
 // Executor implements hub.WorkSource and hub.StatusSink for node jobs.
@@ -85,8 +124,8 @@ type Executor struct {
 	want map[string]map[string]*agentv1.WorkItem
 	// jobs: uid → the job, for reports and deletions.
 	jobs map[string]jobRef
-	// where: uid → node → slice name, to batch writes.
-	where map[string]map[string]string
+	// where: uid → node → its slice, to batch writes.
+	where map[string]map[string]nodeRef
 	// queue: uid → node → reports not written yet, in arrival order.
 	queue map[string]map[string][]report
 	// written: slice name → the slice as this executor last wrote it.
@@ -102,6 +141,9 @@ func New(opts Options) *Executor {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 250 * time.Millisecond
 	}
+	if opts.HoldInterval <= 0 {
+		opts.HoldInterval = 5 * time.Second
+	}
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
 	}
@@ -114,7 +156,7 @@ func New(opts Options) *Executor {
 	e := &Executor{
 		opts: opts, log: opts.Logger,
 		want: map[string]map[string]*agentv1.WorkItem{}, jobs: map[string]jobRef{},
-		where: map[string]map[string]string{}, queue: map[string]map[string][]report{}, written: map[string]*opsv1.NodeTaskSlice{},
+		where: map[string]map[string]nodeRef{}, queue: map[string]map[string][]report{}, written: map[string]*opsv1.NodeTaskSlice{},
 		kick:    make(chan struct{}, 1),
 		writes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_nodejob_slice_writes_total", Help: "NodeTaskSlice writes by this hub's node job executor."}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_nodejob_reports_total", Help: "Node job action reports received from agents."}),
@@ -134,7 +176,8 @@ func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
 	noLeader := false
 	mapJob := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
 		var l opsv1.NodeTaskSliceList
-		if err := e.opts.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(obj.GetUID())}); err != nil {
+		// Only the names are read: no deep copy of every slice.
+		if err := e.opts.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(obj.GetUID())}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		out := make([]reconcile.Request, 0, len(l.Items))
@@ -147,10 +190,14 @@ func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return out
 	})
+	// What a node gets depends on the job's spec (confirmations, abort),
+	// never on its status: the manager's status writes (one per slice
+	// write) would re-index every slice of the job each time.
+	specOnly := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	err := ctrl.NewControllerManagedBy(mgr).Named("nodejob-executor").
 		For(&opsv1.NodeTaskSlice{}).
-		Watches(&opsv1.NodeUpgradeJob{}, mapJob).
-		Watches(&opsv1.ImagePrePullJob{}, mapJob).
+		Watches(&opsv1.NodeUpgradeJob{}, mapJob, specOnly).
+		Watches(&opsv1.ImagePrePullJob{}, mapJob, specOnly).
 		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 2}).
 		Complete(e)
 	if err != nil {
@@ -213,15 +260,16 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 		item *agentv1.WorkItem
 	}
 	var sends []out
+	timeout := time.Duration(max(job.Execution().TimeoutSeconds, 1)) * time.Second
 	e.mu.Lock()
-	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID}
+	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID, timeout: timeout}
 	if e.where[uid] == nil {
-		e.where[uid] = map[string]string{}
+		e.where[uid] = map[string]nodeRef{}
 	}
 	e.mu.Unlock()
 	for _, n := range s.Nodes {
 		e.mu.Lock()
-		e.where[uid][n.NodeName] = s.Name
+		e.where[uid][n.NodeName] = nodeRef{slice: s.Name, since: updateTime(n)}
 		had := e.want[n.NodeName][uid]
 		e.mu.Unlock()
 		if n.Phase != opsv1.NodeTaskPhaseInProgress {
@@ -313,8 +361,8 @@ func (e *Executor) forgetJob(uid string) {
 		}
 	}
 	delete(e.jobs, uid)
-	for _, slice := range e.where[uid] {
-		delete(e.written, slice)
+	for _, ref := range e.where[uid] {
+		delete(e.written, ref.slice)
 	}
 	delete(e.where, uid)
 	delete(e.queue, uid)
@@ -506,6 +554,7 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	}
 	var r wire.Report
 	var err error
+	at := e.opts.Now()
 	switch {
 	case st.GetMessage() == "" && (st.GetPhase() == wire.PhaseFailed || st.GetPhase() == "Cancelled"):
 		// The agent ended the item without a runner's report (no runner for
@@ -524,7 +573,7 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	if e.queue[st.GetUid()] == nil {
 		e.queue[st.GetUid()] = map[string][]report{}
 	}
-	e.queue[st.GetUid()][node] = append(e.queue[st.GetUid()][node], report{phase: st.GetPhase(), r: r})
+	e.queue[st.GetUid()][node] = append(e.queue[st.GetUid()][node], report{phase: st.GetPhase(), r: r, at: at})
 	e.mu.Unlock()
 	select {
 	case e.kick <- struct{}{}:
@@ -534,11 +583,13 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 
 // writeLoop writes queued reports, one write per slice per flush.
 func (e *Executor) writeLoop(ctx context.Context) error {
+	var held <-chan time.Time // fires when the earliest held report is due
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-e.kick:
+		case <-held:
 		}
 		// Gather what else arrives meanwhile into the same writes.
 		select {
@@ -546,23 +597,50 @@ func (e *Executor) writeLoop(ctx context.Context) error {
 			return nil
 		case <-time.After(e.opts.FlushInterval):
 		}
-		e.flush(ctx)
+		held = nil
+		if next := e.flush(ctx); !next.IsZero() {
+			held = time.After(max(next.Sub(e.opts.Now()), 0))
+		}
 	}
 }
 
-func (e *Executor) flush(ctx context.Context) {
+// due is when a node's queued reports rs must be written at the latest.
+// Held reports must reach the slice well before the manager would time the
+// node out (ref.since + timeout).
+func (e *Executor) due(job jobRef, ref nodeRef, rs []report) time.Time {
+	if urgent(rs) || ref.since.IsZero() {
+		return time.Time{}
+	}
+	d := rs[0].at.Add(e.opts.HoldInterval)
+	if t := ref.since.Add(job.timeout / 2); t.Before(d) {
+		d = t
+	}
+	return d
+}
+
+// flush writes the queued reports that are due and returns when the
+// earliest held one will be (zero: none held).
+func (e *Executor) flush(ctx context.Context) (next time.Time) {
+	now := e.opts.Now()
 	e.mu.Lock()
 	batches := map[string]map[string][]report{} // slice → node → reports
 	for uid, nodes := range e.queue {
+		job := e.jobs[uid]
 		for node, rs := range nodes {
-			s := e.where[uid][node]
-			if s == "" {
+			ref, ok := e.where[uid][node]
+			if !ok {
 				continue // slice not indexed yet: keep for the next flush
 			}
-			if batches[s] == nil {
-				batches[s] = map[string][]report{}
+			if d := e.due(job, ref, rs); d.After(now) {
+				if next.IsZero() || d.Before(next) {
+					next = d
+				}
+				continue
 			}
-			batches[s][node] = rs
+			if batches[ref.slice] == nil {
+				batches[ref.slice] = map[string][]report{}
+			}
+			batches[ref.slice][node] = rs
 			delete(nodes, node)
 		}
 		if len(nodes) == 0 {
@@ -586,6 +664,7 @@ func (e *Executor) flush(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	return next
 }
 
 // flushParallelism bounds the slice writes of one flush in flight at once.
@@ -607,6 +686,14 @@ func (e *Executor) remember(s *opsv1.NodeTaskSlice) {
 	e.mu.Lock()
 	e.written[s.Name] = s.DeepCopy()
 	e.mu.Unlock()
+}
+
+// updateTime is the entry's updateTime, or zero.
+func updateTime(n opsv1.NodeTaskStatus) time.Time {
+	if n.UpdateTime == nil {
+		return time.Time{}
+	}
+	return n.UpdateTime.Time
 }
 
 // newerRV compares resourceVersions as etcd revisions. They are opaque to
@@ -636,10 +723,11 @@ func (e *Executor) writeSlice(ctx context.Context, sliceName string, byNode map[
 			return client.IgnoreNotFound(err)
 		}
 		changed := false
-		now := e.opts.Now()
 		for i := range s.Nodes {
 			for _, rp := range byNode[s.Nodes[i].NodeName] {
-				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, now) {
+				// The entry's updateTime is when the report came in, not
+				// when it was written: the timeout counts from the node.
+				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, rp.at) {
 					changed = true
 				}
 			}

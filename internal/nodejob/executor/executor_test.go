@@ -100,7 +100,9 @@ func (h *recordingHub) has(list *[]string, want string) bool {
 	return false
 }
 
-func start(t *testing.T) (*executor.Executor, *recordingHub, prometheus.Gatherer) {
+// start runs an executor until the test ends; hold is its HoldInterval
+// (0: the default).
+func start(t *testing.T, hold time.Duration) (*executor.Executor, *recordingHub, prometheus.Gatherer) {
 	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -113,7 +115,7 @@ func start(t *testing.T) (*executor.Executor, *recordingHub, prometheus.Gatherer
 	if os.Getenv("DROVER_TEST_LOGS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	e := executor.New(executor.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, Logger: logger})
+	e := executor.New(executor.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, HoldInterval: hold, Logger: logger})
 	h := &recordingHub{connected: map[string]bool{"n1": true}, specs: map[string][]byte{}}
 	e.SetHub(h)
 	if err := e.SetupWithManager(mgr); err != nil {
@@ -171,7 +173,7 @@ func sliceEntry(t *testing.T, name, node string) opsv1.NodeTaskStatus {
 
 func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 	testenv.Require(t, env)
-	e, h, reg := start(t)
+	e, h, reg := start(t, 0)
 	ctx := context.Background()
 	job := &opsv1.NodeUpgradeJob{ObjectMeta: metav1.ObjectMeta{Name: "exec-upgrade"}, Spec: opsv1.NodeUpgradeJobSpec{
 		NodeNames: []string{"n1", "n2", "n3"}, Version: "v1.2.3", RequireConfirmation: true,
@@ -267,7 +269,7 @@ func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 
 func TestPrePullGetsOnlyItsRegistriesCredentials(t *testing.T) {
 	testenv.Require(t, env)
-	_, h, _ := start(t)
+	_, h, _ := start(t, 0)
 	ctx := context.Background()
 	auth := func(u, p string) string { return base64.StdEncoding.EncodeToString([]byte(u + ":" + p)) }
 	cfg := fmt.Sprintf(`{"auths":{"registry.example.com:5000":{"auth":%q},"https://other.example.com/v1/":{"username":"o","password":"p"},"docker.io":{"username":"d","password":"h"}}}`, auth("alice", "s3cret"))
@@ -313,4 +315,64 @@ func mustCounter(t *testing.T, g prometheus.Gatherer, name string) prometheus.Co
 	}
 	t.Fatalf("metric %s not registered", name)
 	return nil
+}
+
+func TestActionReportsWaitForThePhaseChangeOrTheTimeout(t *testing.T) {
+	testenv.Require(t, env)
+	e, h, reg := start(t, time.Hour)
+	h.mu.Lock()
+	h.connected["h1"], h.connected["h2"] = true, true
+	h.mu.Unlock()
+	ctx := context.Background()
+	admitted := func(node string) opsv1.NodeTaskStatus {
+		now := metav1.Now()
+		return opsv1.NodeTaskStatus{NodeName: node, Phase: opsv1.NodeTaskPhaseInProgress, Reason: "dispatched to hub x", UpdateTime: &now}
+	}
+	send := func(node, uid, phase string, r wire.Report) {
+		e.WorkStatus(ctx, node, &agentv1.WorkStatus{Uid: uid, Phase: phase, Reason: r.Action, Message: wire.EncodeReport(r)})
+	}
+	upgradeJob := func(name, node string, timeout int32) *opsv1.NodeUpgradeJob {
+		return &opsv1.NodeUpgradeJob{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: opsv1.NodeUpgradeJobSpec{
+			NodeNames: []string{node}, Version: "v1.2.3", Artifact: opsv1.AgentArtifact{URL: "https://example.com/agent", SHA256: digest},
+			JobExecution: opsv1.JobExecution{TimeoutSeconds: timeout}}}
+	}
+
+	// Long timeout: Check and BackUp wait for the report that ends the
+	// node, and all three go out in one write.
+	long := upgradeJob("exec-hold", "h1", 600)
+	ls := jobWithSlice(t, long, admitted("h1"))
+	lu := string(long.UID)
+	testenv.Eventually(t, waitTimeout, "h1 dispatched", func(context.Context) (bool, error) {
+		return h.has(&h.dispatched, "h1/"+lu+"/"+wire.TypeUpgrade), nil
+	})
+	send("h1", lu, wire.PhaseRunning, wire.Report{Action: flow.Check, Success: true, Time: time.Now()})
+	send("h1", lu, wire.PhaseRunning, wire.Report{Action: flow.BackUp, Success: true, Time: time.Now()})
+	testenv.Never(t, 2*time.Second, "Check and BackUp written before the node ended", func(context.Context) (bool, error) {
+		return sliceEntry(t, ls.Name, "h1").Action != "", nil
+	})
+	send("h1", lu, wire.PhaseSucceeded, wire.Report{Action: flow.Upgrade, Success: true, Time: time.Now(), CurrentVersion: "v1.2.3"})
+	testenv.Eventually(t, waitTimeout, "h1 Successful with its three actions", func(context.Context) (bool, error) {
+		got := sliceEntry(t, ls.Name, "h1")
+		if got.Phase != opsv1.NodeTaskPhaseSuccessful || len(got.ActionFlow) != 3 || got.ActionFlow[0].Action != flow.Check {
+			return false, fmt.Errorf("entry %+v", got)
+		}
+		return true, nil
+	})
+	if n := testutil.ToFloat64(mustCounter(t, reg, "drover_hub_nodejob_slice_writes_total")); n != 1 {
+		t.Errorf("slice writes = %v, want 1 for three reports", n)
+	}
+
+	// A 2 s timeout: a held report is written within half of it, before
+	// the manager would give up on a node that did report.
+	short := upgradeJob("exec-hold-short", "h2", 2)
+	ss := jobWithSlice(t, short, admitted("h2"))
+	su := string(short.UID)
+	testenv.Eventually(t, waitTimeout, "h2 dispatched", func(context.Context) (bool, error) {
+		return h.has(&h.dispatched, "h2/"+su+"/"+wire.TypeUpgrade), nil
+	})
+	send("h2", su, wire.PhaseRunning, wire.Report{Action: flow.Check, Success: true, Time: time.Now()})
+	testenv.Eventually(t, waitTimeout, "h2's Check written without a later report", func(context.Context) (bool, error) {
+		got := sliceEntry(t, ss.Name, "h2")
+		return got.Action == flow.Check && got.Phase == opsv1.NodeTaskPhaseInProgress, nil
+	})
 }
