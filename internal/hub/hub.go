@@ -75,6 +75,14 @@ type WorkSource interface {
 	WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error)
 }
 
+// Readier is a WorkSource that can tell it has not loaded yet (its caches
+// are syncing). Until it is ready the hub refuses agents' streams as
+// Unavailable, which they retry shortly, rather than marking the node
+// Online and then failing to build its snapshot.
+type Readier interface {
+	Ready() bool
+}
+
 // StatusSink consumes agents' work reports. Components that dispatch work
 // (node jobs, tasks) implement it to follow their items.
 //

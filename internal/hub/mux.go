@@ -32,6 +32,7 @@ type Mux struct {
 var (
 	_ WorkSource = (*Mux)(nil)
 	_ StatusSink = (*Mux)(nil)
+	_ Readier    = (*Mux)(nil)
 )
 
 // NewMux routes reports to the first route that owns their uid.
@@ -53,6 +54,16 @@ func (m *Mux) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, er
 		out = append(out, items...)
 	}
 	return out, nil
+}
+
+// Ready implements Readier: every route's WorkSource that can tell is ready.
+func (m *Mux) Ready() bool {
+	for _, r := range m.routes {
+		if rd, ok := r.Work.(Readier); ok && !rd.Ready() {
+			return false
+		}
+	}
+	return true
 }
 
 // route returns the index of the route owning uid, or -1.

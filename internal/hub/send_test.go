@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -242,4 +245,43 @@ func TestNodeInfoBeyondTheProtocolIsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loadingWorks is a WorkSource whose caches load when the test says so.
+type loadingWorks struct {
+	works
+	ready atomic.Bool
+}
+
+func (w *loadingWorks) Ready() bool { return w.ready.Load() }
+
+// TestStreamsWaitForTheWorkToLoad: while the hub's WorkSource is still
+// loading, a stream is refused as Unavailable (the agent retries) and the
+// node is not marked Online; once it has loaded, the stream opens.
+func TestStreamsWaitForTheWorkToLoad(t *testing.T) {
+	f := newFixture(t, "hub-loading")
+	ws := &loadingWorks{}
+	h := f.startHub(Options{Name: "hub-loading", Work: ws})
+	const node = "loading-node"
+	c := f.registerRaw(h, node).client(t, h.addr, false)
+
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	stream, err := c.GetMessage(ctx, &agentv1.GetMessageRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "still loading") {
+		t.Fatalf("stream while loading: %v, want Unavailable saying the work is still loading", err)
+	}
+	var fn fleetv1.FleetNode
+	if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
+		t.Fatal(err)
+	}
+	if fn.Status.Phase == fleetv1.FleetNodeOnline || fn.Status.Hub != "" {
+		t.Errorf("FleetNode %s is %s on hub %q while the hub refused its stream; want it not Online", node, fn.Status.Phase, fn.Status.Hub)
+	}
+
+	ws.ready.Store(true)
+	openStream(t, h, c, node, 0)
 }

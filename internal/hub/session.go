@@ -280,6 +280,9 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		return status.Errorf(codes.PermissionDenied, "node %s is not approved: run `drover approve %s`", node, node)
 	}
 
+	if r, ok := h.opts.Work.(Readier); ok && !r.Ready() {
+		return status.Errorf(codes.Unavailable, "hub %s is starting: the work it dispatches is still loading; reconnect shortly", h.opts.Name)
+	}
 	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision())
 	now := h.opts.Now()
 	h.mu.Lock()

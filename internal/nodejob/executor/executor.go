@@ -516,6 +516,9 @@ func normalizeRegistry(h string) string {
 	return h
 }
 
+// Ready implements hub.Readier: the node jobs have loaded.
+func (e *Executor) Ready() bool { return e.synced.Load() }
+
 // WorkFor implements hub.WorkSource: the node's node-job items.
 func (e *Executor) WorkFor(_ context.Context, node string) ([]*agentv1.WorkItem, error) {
 	if !e.synced.Load() {

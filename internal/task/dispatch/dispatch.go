@@ -320,6 +320,9 @@ func active(t *batchv1.Task) bool {
 		(t.Status.State == batchv1.TaskScheduled || t.Status.State == batchv1.TaskDispatching || t.Status.State == batchv1.TaskRunning)
 }
 
+// Ready implements hub.Readier: the tasks have loaded.
+func (d *Dispatcher) Ready() bool { return d.synced.Load() }
+
 // WorkFor implements hub.WorkSource: the current attempt of every task on
 // node that is Scheduled, Dispatching or Running. The Scheduled ones are
 // written Dispatching, as this snapshot sends them.
