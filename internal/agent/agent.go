@@ -83,6 +83,9 @@ type Env struct {
 	// reason and a message (for node jobs, an action report). It goes
 	// through the durable outbox, in order with the item's end.
 	Report func(ctx context.Context, reason, message string) error
+	// RecordAndReport records act (as the store's SetAction) and sends a
+	// progress report as Report does, in one transaction: one disk sync.
+	RecordAndReport func(ctx context.Context, act store.Action, reason, message string) error
 	// Connected waits until the agent has a stream open to a hub (an
 	// upgraded agent proves it works this way), or ctx ends.
 	Connected func(ctx context.Context) error

@@ -279,11 +279,16 @@ func (a *Agent) report(ctx context.Context, uid, phase, reason string, build fun
 	if err != nil {
 		return 0, err
 	}
+	a.wake()
+	return rev, nil
+}
+
+// wake tells the outbox flusher there is something to send.
+func (a *Agent) wake() {
 	select {
 	case a.kick <- struct{}{}:
 	default:
 	}
-	return rev, nil
 }
 
 // flushOutbox sends queued reports in order until each is accepted.

@@ -100,14 +100,18 @@ func (r *taskRunner) RunReporting(ctx context.Context, w store.Work, env Env) (s
 		return r.end(ctx, w.UID, execRecord{Result: &res})
 	}
 	info := proc.Info()
-	if err := r.record(ctx, w.UID, store.ActionRunning, execRecord{Info: &info}); err != nil {
-		// It runs; only a restart would not find it.
-		r.log.Error("cannot record a started task process", "uid", w.UID, "pid", info.PID, "err", err)
-	}
 	started := taskwire.Report{PID: info.PID, StartTime: info.StartTime.UTC().Format(time.RFC3339Nano),
 		Message: fmt.Sprintf("started as pid %d", info.PID)}
-	if err := env.Report(ctx, "Started", started.Encode()); err != nil && ctx.Err() == nil {
-		r.log.Warn("cannot report a started task", "uid", w.UID, "err", err)
+	// The record a restart goes by and the Running report, in one commit.
+	// Written even when ctx has ended, as record does.
+	data, err := json.Marshal(execRecord{Info: &info})
+	if err == nil {
+		err = env.RecordAndReport(context.WithoutCancel(ctx), store.Action{UID: w.UID, Action: execAction, State: store.ActionRunning, Data: data},
+			"Started", started.Encode())
+	}
+	if err != nil {
+		// It runs; only a restart would not find it.
+		r.log.Error("cannot record and report a started task process", "uid", w.UID, "pid", info.PID, "err", err)
 	}
 	return r.watch(ctx, w.UID, proc)
 }

@@ -232,14 +232,21 @@ func (a *Agent) resumeOne(ctx context.Context, w store.Work) error {
 func (a *Agent) env(uid string) Env {
 	return Env{
 		Report: func(ctx context.Context, reason, message string) error {
-			return a.progress(ctx, uid, reason, message)
+			return a.progress(ctx, uid, nil, reason, message)
+		},
+		RecordAndReport: func(ctx context.Context, act store.Action, reason, message string) error {
+			if act.UID != uid {
+				return fmt.Errorf("work %s: cannot record an action of work %s", uid, act.UID)
+			}
+			return a.progress(ctx, uid, &act, reason, message)
 		},
 		Connected: a.waitConnected,
 	}
 }
 
-// progress reports uid still Running, with what it is doing.
-func (a *Agent) progress(ctx context.Context, uid, reason, message string) error {
+// progress reports uid still Running, with what it is doing, and records
+// act with it when act is not nil.
+func (a *Agent) progress(ctx context.Context, uid string, act *store.Action, reason, message string) error {
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
 	if _, ok := a.running[uid]; !ok {
@@ -248,10 +255,22 @@ func (a *Agent) progress(ctx context.Context, uid, reason, message string) error
 	if len(message) > protocol.MaxMessageBytes {
 		return fmt.Errorf("work %s: progress message of %d bytes is over the protocol's %d", uid, len(message), protocol.MaxMessageBytes)
 	}
-	_, err := a.report(ctx, uid, "", "", func(rev uint64) *agentv1.Envelope {
+	build := func(rev uint64) *agentv1.Envelope {
 		return protocol.NewStatus(a.opts.Node, rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseRunning,
 			Reason: clipText(reason, protocol.MaxTextBytes), Message: strings.ToValidUTF8(message, "")})
+	}
+	if act == nil {
+		_, err := a.report(ctx, uid, "", "", build)
+		return err
+	}
+	_, err := a.db.ReportAction(ctx, *act, func(rev uint64) (string, []byte, error) {
+		env := build(rev)
+		b, err := protocol.Encode(env)
+		return env.GetId(), b, err
 	})
+	if err == nil {
+		a.wake()
+	}
 	return err
 }
 

@@ -112,9 +112,32 @@ func (s *Store) eachID(ctx context.Context, what, stmt string, ids []string) err
 // where separate calls cost three: it is what each item's start and end
 // cost the agent.
 func (s *Store) Report(ctx context.Context, uid, phase, reason string, build func(rev uint64) (id string, data []byte, err error)) (uint64, error) {
+	return s.report(ctx, uid, phase, reason, nil, build)
+}
+
+// ReportAction is Report of a running item (its phase unchanged) that also
+// records act (as SetAction) in the same transaction: a runner's record of
+// what it did and its report of it cost one disk sync.
+func (s *Store) ReportAction(ctx context.Context, act Action, build func(rev uint64) (id string, data []byte, err error)) (uint64, error) {
+	if act.UID == "" || act.Action == "" || act.State == "" {
+		return 0, fmt.Errorf("report action %q of work %q: uid, action and state are required", act.Action, act.UID)
+	}
+	return s.report(ctx, act.UID, "", "", &act, build)
+}
+
+func (s *Store) report(ctx context.Context, uid, phase, reason string, act *Action, build func(rev uint64) (id string, data []byte, err error)) (uint64, error) {
 	var rev uint64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		now := nanos(s.now())
+		if act != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO work_actions (uid, action, state, reason, data, reported, updated_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (uid, action) DO UPDATE SET state = excluded.state, reason = excluded.reason,
+					data = excluded.data, reported = excluded.reported, updated_at = excluded.updated_at`,
+				act.UID, act.Action, act.State, act.Reason, blob(act.Data), act.Reported, now); err != nil {
+				return err
+			}
+		}
 		if phase != "" {
 			res, err := tx.ExecContext(ctx, `UPDATE work SET phase = ?, reason = ?, updated_at = ? WHERE uid = ?`, phase, reason, now, uid)
 			if err != nil {

@@ -384,6 +384,20 @@ func TestReportIsOneTransaction(t *testing.T) {
 	if want := []string{"m1", "m2"}; !slices.Equal(ids, want) {
 		t.Errorf("outbox %v, want %v", ids, want)
 	}
+	// A runner's record and its report are one transaction too.
+	if _, err := s.ReportAction(ctx, Action{UID: "u", Action: "Exec", State: ActionRunning, Data: []byte("pid")}, msg); err != nil {
+		t.Fatal(err)
+	}
+	if acts, _ := s.Actions(ctx, "u"); len(acts) != 1 || acts[0].State != ActionRunning || string(acts[0].Data) != "pid" {
+		t.Errorf("actions of u = %+v, want the Exec record", acts)
+	}
+	if _, err := s.ReportAction(ctx, Action{UID: "u", Action: "Exec", State: ActionSucceeded}, func(uint64) (string, []byte, error) { return "", nil, errors.New("cannot encode") }); err == nil {
+		t.Error("ReportAction(build fails) = nil error")
+	}
+	if acts, _ := s.Actions(ctx, "u"); len(acts) != 1 || acts[0].State != ActionRunning {
+		t.Errorf("actions of u after a failed report = %+v, want it Running still", acts)
+	}
+	must(t, s.Ack(ctx, "m3"))
 	must(t, s.MarkAttempt(ctx, "m1", "m2", "unknown"))
 	must(t, s.Ack(ctx, "m1", "m2", "unknown"))
 	if pending, _ := s.Pending(ctx, 0); len(pending) != 0 {

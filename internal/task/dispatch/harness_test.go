@@ -354,7 +354,10 @@ func newExecRunner(dir string) *execRunner {
 var _ agent.ReportingRunner = (*execRunner)(nil)
 
 func (r *execRunner) Run(ctx context.Context, w store.Work) (string, string) {
-	p, reason, _ := r.RunReporting(ctx, w, agent.Env{Report: func(context.Context, string, string) error { return nil }})
+	p, reason, _ := r.RunReporting(ctx, w, agent.Env{
+		Report:          func(context.Context, string, string) error { return nil },
+		RecordAndReport: func(context.Context, store.Action, string, string) error { return nil },
+	})
 	return p, reason
 }
 
