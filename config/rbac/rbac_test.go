@@ -118,6 +118,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", "", "secrets", ns, "", true},
 			{hubSA, "update", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
 			{hubSA, "create", "events.k8s.io", "events", "team-a", "", true},
+			{hubSA, "get", "", "namespaces", "", ns, true},
 			// The hub: what it must not do.
 			{hubSA, "delete", batch, "fleetjobs", "team-a", "", false},
 			{hubSA, "update", batch, "fleetjobs", "team-a", "", false},
@@ -132,6 +133,8 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "get", "", "configmaps", "kube-system", "kubeadm-config", false},
 			{hubSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-scheduler", false},
 			{hubSA, "delete", "", "namespaces", "", "team-a", false},
+			{hubSA, "create", "", "namespaces", "", "", false}, // made at install (00_namespace.yaml)
+			{hubSA, "get", "", "namespaces", "", "team-a", false},
 			// The manager: what it needs.
 			{managerSA, "create", batch, "taskgroups", "team-a", "", true},
 			{managerSA, "update", batch, "taskgroups", "team-a", "", true},
@@ -152,6 +155,7 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "create", fleet, "fleetnodes", "", "", false},
 			{managerSA, "get", "", "secrets", ns, "drover-ca", false},
 			{managerSA, "create", "authentication.k8s.io", "tokenreviews", "", "", false},
+			{managerSA, "create", "", "namespaces", "", "", false},
 			{managerSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
 			// A person bound to drover-task-log-reader in team-a.
 			{logReader, "get", batch, "tasks/log", "team-a", "scan-0", true},

@@ -8,10 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/store"
 )
 
 // Task logs. A task attempt's output is in
@@ -96,12 +100,17 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 		if derr != nil {
 			return derr
 		}
-		if !known {
-			return &logError{fmt.Sprintf("work %s is not on this node (or its logs were removed)", uid)}
-		}
 		done, derr := ended()
 		if derr != nil {
 			return derr
+		}
+		if done {
+			if gone := a.logsGone(ctx, uid, known); gone != nil {
+				return gone
+			}
+		}
+		if !known {
+			return &logError{fmt.Sprintf("task attempt %s is not on this node", uid)}
 		}
 		if !req.GetFollow() || done {
 			// It has not written anything (yet): an empty log.
@@ -248,6 +257,56 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 			return err
 		}
 	}
+}
+
+// logsGone is why an ended attempt has no log: its task dir is gone
+// (taskexec's collector removed it), not just the file (an attempt that
+// ended before writing anything, which has an empty log). Nil when the
+// dir is there, or the attempt never had one. known says whether the
+// agent still holds the work.
+func (a *Agent) logsGone(ctx context.Context, uid string, known bool) error {
+	if _, err := os.Stat(filepath.Join(a.opts.StateDir, "tasks", uid)); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if known {
+		// The exec runner records its action once the task dir and log
+		// files are made: without it the attempt failed before (a bad
+		// spec, a missing artifact) and its empty log is the truth.
+		acts, err := a.db.Actions(ctx, uid)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(acts, func(x store.Action) bool { return x.Action == execAction }) {
+			return nil
+		}
+	}
+	retention := a.opts.TaskRetention
+	if retention == 0 {
+		retention = taskexec.DefaultRetention
+	}
+	switch {
+	case retention < 0:
+		// The collector does not run: someone removed it by hand.
+		return &logError{fmt.Sprintf("the logs of task attempt %s are not on this node: its task directory is missing", uid)}
+	case !known:
+		return &logError{fmt.Sprintf("the logs of task attempt %s are not on this node: the agent no longer holds "+
+			"the attempt (the hub dropped it) and removed its task directory, or never ran it", uid)}
+	default:
+		return &logError{fmt.Sprintf("the logs of task attempt %s were removed from this node: "+
+			"the agent keeps an ended attempt's logs for --task-retention (%s)", uid, shortDuration(retention))}
+	}
+}
+
+// shortDuration is d without trailing zero units: 24h, not 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // sendOld sends the rotated file from offset; a missing one is no error.

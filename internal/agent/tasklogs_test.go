@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
+	taskwire "github.com/drover-fleet/drover/internal/task/wire"
 )
 
 // collect is a LogChunk sink: the chunks streamLog sends, in order.
@@ -166,4 +168,109 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestStreamLogOfARemovedTaskDir: once the exec driver's collector removed
+// an ended attempt's task dir, its logs are an error that says so, not an
+// empty log.
+func TestStreamLogOfARemovedTaskDir(t *testing.T) {
+	a := newTestAgent(t, nil)
+	a.opts.TaskRetention = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		// forget: the collector may see which attempts the agent dropped
+		// (the driver's own first pass must not remove them early).
+		forget bool
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Retention: a.opts.TaskRetention,
+		GCInterval: time.Hour, Now: clock, Forgotten: func(ctx context.Context, ids []string) ([]string, error) {
+			mu.Lock()
+			ok := forget
+			mu.Unlock()
+			if !ok {
+				return nil, nil
+			}
+			return forgotten(a.db)(ctx, ids)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const (
+		held    = "task-held-1"    // ended, still held: removed after the retention period
+		dropped = "task-dropped-1" // ended, dropped by the hub: removed at once
+		// neverRan failed before its task dir was made (a bad spec): it
+		// has an empty log, not a removed one.
+		neverRan = "task-never-1"
+	)
+	for _, id := range []string{held, neverRan} {
+		if _, err := a.db.PutWork(ctx, store.Work{UID: id, Type: taskwire.TypeExec, Phase: PhaseSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the exec runner records once an attempt's task dir is made.
+	if err := a.db.SetAction(ctx, store.Action{UID: held, Action: execAction, State: store.ActionSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{held, dropped} {
+		prep, err := d.Prepare(ctx, id, &taskwire.Spec{Command: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prep.Close() // marks the task dir ended
+	}
+	for _, tc := range []struct {
+		id      string
+		advance time.Duration
+		want    string
+	}{
+		{dropped, 0, "the logs of task attempt task-dropped-1 are not on this node: the agent no longer holds the attempt"},
+		{held, 2 * time.Hour, "the logs of task attempt task-held-1 were removed from this node: " +
+			"the agent keeps an ended attempt's logs for --task-retention (1h)"},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			dir := d.TaskDir(tc.id)
+			var c collect
+			if err := a.streamLog(ctx, &agentv1.LogRequest{Uid: tc.id, Stream: "stdout"}, c.send); err != nil {
+				t.Fatal(err)
+			}
+			if c.data() != "" || !c.chunks[len(c.chunks)-1].GetEof() {
+				t.Fatalf("before the collection: got %v, want an empty log", c.chunks)
+			}
+			mu.Lock()
+			now = now.Add(tc.advance)
+			forget = true
+			mu.Unlock()
+			if _, err := d.GC(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("task dir %s after GC: %v; want it removed", dir, err)
+			}
+			for _, follow := range []bool{false, true} {
+				c = collect{}
+				err := a.streamLog(ctx, &agentv1.LogRequest{Uid: tc.id, Stream: "stdout", Follow: follow}, c.send)
+				var le *logError
+				if !errors.As(err, &le) || !strings.HasPrefix(le.msg, tc.want) {
+					t.Errorf("follow=%v: err = %v, want %q", follow, err, tc.want)
+				}
+				if c.data() != "" || c.chunks[len(c.chunks)-1].GetEof() {
+					t.Errorf("follow=%v: sent %v before the error", follow, c.chunks)
+				}
+			}
+		})
+	}
+	t.Run(neverRan, func(t *testing.T) {
+		var c collect
+		if err := a.streamLog(ctx, &agentv1.LogRequest{Uid: neverRan, Stream: "stdout"}, c.send); err != nil {
+			t.Fatal(err)
+		}
+		if c.data() != "" || !c.chunks[len(c.chunks)-1].GetEof() {
+			t.Errorf("got %v, want an empty log", c.chunks)
+		}
+	})
 }

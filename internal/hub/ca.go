@@ -52,11 +52,38 @@ func EnsureCA(ctx context.Context, c client.Client, ns string, now time.Time) (*
 	return ca, nil
 }
 
-// EnsureNamespace creates ns if it does not exist.
+// EnsureNamespace creates ns if it does not exist. c reads uncached: a
+// cached Get of a Namespace would watch every namespace.
 func EnsureNamespace(ctx context.Context, c client.Client, ns string) error {
-	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	return ensureNamespace(ctx, c, c, ns)
+}
+
+// ensureNamespace reads ns first and creates it only when it is missing,
+// so that a hub needs no right to create namespaces (config/rbac) where
+// Drover's namespace is made at install. A reader that may not get it
+// tries to create it; refused that too, it goes on: it cannot tell, and
+// a missing namespace fails the next step (the CA Secret) with a clear
+// "namespaces ... not found".
+func ensureNamespace(ctx context.Context, r client.Reader, w client.Writer, ns string) error {
+	err := r.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+	default:
+		return fmt.Errorf("read namespace %s: %w", ns, err)
+	}
+	readForbidden := apierrors.IsForbidden(err)
+	err = w.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsForbidden(err) && readForbidden:
+		return nil
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("namespace %s does not exist and this account may not create it; "+
+			"create it (config/rbac/00_namespace.yaml): %w", ns, err)
+	default:
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
-	return nil
 }

@@ -260,7 +260,7 @@ func (h *Hub) NeedLeaderElection() bool { return false }
 
 // Start serves until ctx ends. It is a controller-runtime Runnable.
 func (h *Hub) Start(ctx context.Context) error {
-	if err := EnsureNamespace(ctx, h.opts.Client, h.opts.Namespace); err != nil {
+	if err := ensureNamespace(ctx, h.opts.APIReader, h.opts.Client, h.opts.Namespace); err != nil {
 		return err
 	}
 	ca, err := EnsureCA(ctx, h.opts.Client, h.opts.Namespace, h.opts.Now())

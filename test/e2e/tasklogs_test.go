@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -19,7 +22,8 @@ import (
 // show it (logs through the hub that serves the node, found from the API).
 func TestTaskCLI(t *testing.T) {
 	c := startCluster(t)
-	c.startAgent(t, "edge-task", t.TempDir(), "--hub", c.hub, "--token", c.token(t, true, time.Hour))
+	stateDir := t.TempDir()
+	c.startAgent(t, "edge-task", stateDir, "--hub", c.hub, "--token", c.token(t, true, time.Hour))
 	c.waitPhase(t, "edge-task", fleetv1.FleetNodeOnline, defaultTimeout)
 
 	ctx := context.Background()
@@ -51,5 +55,24 @@ func TestTaskCLI(t *testing.T) {
 	}
 	if out, err := c.cli(t, "logs", "nope", "--ca-file", c.ca); err == nil || !strings.Contains(out, "not found") {
 		t.Errorf("drover logs of a missing task = %q, %v", out, err)
+	}
+	// Its task dir removed, as the agent's collector does after
+	// --task-retention: `drover logs` says so rather than print nothing.
+	if err := c.client.Get(ctx, client.ObjectKeyFromObject(task), task); err != nil {
+		t.Fatal(err)
+	}
+	if task.Status.State == batchv1.TaskCompleted { // the exec driver ran it
+		dirs, err := filepath.Glob(filepath.Join(stateDir, "tasks", "*"))
+		if err != nil || len(dirs) == 0 {
+			t.Fatalf("the agent's task dirs: %v, %v", dirs, err)
+		}
+		for _, d := range dirs {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := c.cli(t, "logs", "probe", "--ca-file", c.ca); err == nil || !strings.Contains(out, "were removed from this node") {
+			t.Errorf("drover logs of a task whose logs were removed = %q, %v", out, err)
+		}
 	}
 }
