@@ -36,10 +36,7 @@ func TestTaskOverMQTT(t *testing.T) {
 	if err := c.client.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	task.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: node, Attempt: 1}
-	if err := c.client.Status().Update(ctx, task); err != nil {
-		t.Fatal(err)
-	}
+	// drover server's manager schedules it on the pinned node, as attempt 1.
 	eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "get", "tasks")
 		if err != nil || !regexp.MustCompile(`mqtt-probe\s+Completed\s+`+node+`\s+1\s`).MatchString(out) {

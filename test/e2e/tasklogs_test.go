@@ -32,11 +32,7 @@ func TestTaskCLI(t *testing.T) {
 	if err := c.client.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	// The manager's part: attempt 1 on the pinned node.
-	task.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: "edge-task", Attempt: 1}
-	if err := c.client.Status().Update(ctx, task); err != nil {
-		t.Fatal(err)
-	}
+	// drover server's manager schedules it on the pinned node, as attempt 1.
 	// The agent ends it (Completed with the exec driver; Failed, with the
 	// reason, without one): either way the hub wrote the end.
 	eventually(t, defaultTimeout, func() string {
