@@ -51,6 +51,12 @@ type session struct {
 	// queued after them includes what they changed.
 	snapshotting int
 	recent       []*agentv1.Envelope
+	// first is set until the session's first snapshot is built: Dispatch
+	// and Cancel may queue envelopes as soon as the session exists, before
+	// that snapshot (which follows them on the stream) starts, and it must
+	// show them too. firstMark is the revision the stream started from.
+	first     bool
+	firstMark uint64
 }
 
 // newSession starts a stream's bookkeeping. hubRev is the last hub->agent
@@ -65,6 +71,11 @@ func newSession(node string, hubRev, agentRev uint64) *session {
 		pending: map[string]*agentv1.Envelope{},
 		seen:    map[string]struct{}{},
 		agent:   protocol.NewTracker(agentRev),
+		// Counted as snapshotting from the start, so that what is queued
+		// before the first snapshot is remembered for it.
+		snapshotting: 1,
+		first:        true,
+		firstMark:    hubRev,
 	}
 }
 
@@ -360,8 +371,13 @@ func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) err
 	// stream, so it must show it: the agent cancels a dispatched item that
 	// the next snapshot leaves out.
 	s.mu.Lock()
-	s.snapshotting++
 	mark := s.rev
+	if s.first {
+		// Counted since newSession; everything queued since is recent.
+		s.first, mark = false, s.firstMark
+	} else {
+		s.snapshotting++
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +104,46 @@ func TestAckedSnapshotSettlesEarlierEnvelopes(t *testing.T) {
 	s.ack(snap.GetId()) // acks may repeat
 	if n := h.Pending(node); n != 1 {
 		t.Fatalf("after a repeated ack: %d pending, want 1", n)
+	}
+}
+
+// TestFirstSnapshotShowsWhatWasQueuedBeforeIt: Dispatch and Cancel may
+// queue envelopes as soon as a session exists, before its first snapshot
+// is built; the snapshot follows them on the stream, so it must show them,
+// or the agent cancels what it was just sent.
+func TestFirstSnapshotShowsWhatWasQueuedBeforeIt(t *testing.T) {
+	const node = "n1"
+	h, s := bareHub(node)
+	for _, uid := range []string{"kept", "dropped"} {
+		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: uid, Type: "noop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Cancel(node, "dropped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
+		t.Fatal(err)
+	}
+	var snap *agentv1.Envelope
+	for range 4 {
+		if env := <-s.out; env.GetKind() == agentv1.Kind_KIND_SNAPSHOT {
+			snap = env
+		}
+	}
+	var uids []string
+	for _, it := range snap.GetSnapshot().GetItems() {
+		uids = append(uids, it.GetUid())
+	}
+	if !slices.Equal(uids, []string{"kept"}) {
+		t.Errorf("first snapshot holds %v, want [kept]", uids)
+	}
+	// A later snapshot goes by the WorkSource again (here: nothing).
+	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
+		t.Fatal(err)
+	}
+	if env := <-s.out; len(env.GetSnapshot().GetItems()) != 0 {
+		t.Errorf("second snapshot holds %v, want nothing", env.GetSnapshot().GetItems())
 	}
 }
 
