@@ -31,17 +31,20 @@ type Action struct {
 
 const actionColumns = `uid, action, state, reason, data, reported, updated_at`
 
+// upsertAction inserts an action row, or replaces the row of the same uid
+// and action in place.
+const upsertAction = `INSERT INTO work_actions (uid, action, state, reason, data, reported, updated_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (uid, action) DO UPDATE SET state = excluded.state, reason = excluded.reason,
+		data = excluded.data, reported = excluded.reported, updated_at = excluded.updated_at`
+
 // SetAction records a (insert, or replace the row of the same uid and
 // action). The row keeps its place in Actions' order.
 func (s *Store) SetAction(ctx context.Context, a Action) error {
 	if a.UID == "" || a.Action == "" || a.State == "" {
 		return fmt.Errorf("set action %q of work %q: uid, action and state are required", a.Action, a.UID)
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO work_actions (uid, action, state, reason, data, reported, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (uid, action) DO UPDATE SET state = excluded.state, reason = excluded.reason,
-			data = excluded.data, reported = excluded.reported, updated_at = excluded.updated_at`,
-		a.UID, a.Action, a.State, a.Reason, blob(a.Data), a.Reported, nanos(s.now()))
+	_, err := s.w.ExecContext(ctx, upsertAction, a.UID, a.Action, a.State, a.Reason, blob(a.Data), a.Reported, nanos(s.now()))
 	if err != nil {
 		return fmt.Errorf("set action %s of work %s to %s: %w", a.Action, a.UID, a.State, err)
 	}

@@ -130,11 +130,7 @@ func (s *Store) report(ctx context.Context, uid, phase, reason string, act *Acti
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		now := nanos(s.now())
 		if act != nil {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO work_actions (uid, action, state, reason, data, reported, updated_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (uid, action) DO UPDATE SET state = excluded.state, reason = excluded.reason,
-					data = excluded.data, reported = excluded.reported, updated_at = excluded.updated_at`,
-				act.UID, act.Action, act.State, act.Reason, blob(act.Data), act.Reported, now); err != nil {
+			if _, err := tx.ExecContext(ctx, upsertAction, act.UID, act.Action, act.State, act.Reason, blob(act.Data), act.Reported, now); err != nil {
 				return err
 			}
 		}
