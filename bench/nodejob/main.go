@@ -86,7 +86,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "log level of the manager and the hub (logs are in the work directory)")
 	flag.DurationVar(&o.progress, "progress", 10*time.Second, "how often to print a running job's counts")
-	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from the manager on 127.0.0.1:6061 and the hub on 127.0.0.1:6062")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from the manager on 127.0.0.1:6061 and the hub on 127.0.0.1:6062, and kube-apiserver's /debug/pprof")
 	flag.Parse()
 	for f := range strings.SplitSeq(*jc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -227,8 +227,11 @@ func (r *runner) binaries(ctx context.Context) error {
 // startControl starts the control plane, the manager and one hub.
 func (r *runner) startControl(ctx context.Context) error {
 	logf("control plane: starting")
-	cp, err := r.start("controlplane", r.drover, "controlplane", "--data-dir", filepath.Join(r.work, "cp"), "--port", "0",
-		"--crd-dir", "config/crd/bases", "--log-level", "warn")
+	cpArgs := []string{"controlplane", "--data-dir", filepath.Join(r.work, "cp"), "--port", "0", "--crd-dir", "config/crd/bases", "--log-level", "warn"}
+	if r.o.pprof {
+		cpArgs = append(cpArgs, "--apiserver-arg=--profiling=true")
+	}
+	cp, err := r.start("controlplane", r.drover, cpArgs...)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,9 @@ type controlPlaneOptions struct {
 	port     int
 	crdDir   string
 	logLevel string
+	// apiserverArgs are extra kube-apiserver flags (e.g. --profiling=true
+	// for a benchmark's profile); they override Drover's own.
+	apiserverArgs []string
 
 	out    io.Writer // the "ready" line
 	logOut io.Writer // logs
@@ -62,6 +65,7 @@ to stderr; the apiserver's and etcd's full logs go to <data-dir>/*.log.`,
 	fs.StringVar(&o.dataDir, "data-dir", "", "directory for etcd data, certificates, kubeconfig and logs (required)")
 	fs.IntVar(&o.port, "port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one)")
 	fs.StringVar(&o.crdDir, "crd-dir", "", "install every *.yaml CRD manifest in this directory once the API server is ready")
+	fs.StringArrayVar(&o.apiserverArgs, "apiserver-arg", nil, "an extra kube-apiserver flag, e.g. --apiserver-arg=--profiling=true (repeatable)")
 	return cmd
 }
 
@@ -109,7 +113,7 @@ func (o *controlPlaneOptions) Run(ctx context.Context) error {
 	}
 	cpCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	cp, err := controlplane.Start(cpCtx, controlplane.Options{DataDir: o.dataDir, APIServerPort: o.port, Logger: log})
+	cp, err := controlplane.Start(cpCtx, controlplane.Options{DataDir: o.dataDir, APIServerPort: o.port, Logger: log, ExtraAPIServerArgs: o.apiserverArgs})
 	if err != nil {
 		return err
 	}

@@ -62,12 +62,38 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 		return nil, status.Errorf(codes.Unavailable, "register node %s: %v", node, err)
 	}
 
-	fn, err := h.ensureNode(ctx, node, tok, req.GetInfo())
+	fn, created, err := h.ensureNode(ctx, node, tok, req.GetInfo())
 	if err != nil {
 		return nil, err
 	}
 	if fn.Spec.Revoked {
 		return nil, status.Errorf(codes.PermissionDenied, "node %s is revoked; delete the FleetNode to let it register again", node)
+	}
+	var certDER []byte
+	var cert *x509.Certificate
+	if fn.Spec.Approved {
+		if certDER, err = h.ca.SignClientCSR(req.GetCsr(), node, now, h.opts.CertificateValidity); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+		}
+		cert, _ = x509.ParseCertificate(certDER)
+	}
+	// A new node's first status and, when it is approved at once, its
+	// certificate's expiry go in one write, on the object Create returned.
+	if created || cert != nil {
+		reason, latest := "certificate", (*fleetv1.FleetNode)(nil)
+		if created {
+			reason, latest = "register", fn
+		}
+		h.writeStatusOn(ctx, node, latest, reason, func(n *fleetv1.FleetNode) bool {
+			if created {
+				initStatus(n, tok, req.GetInfo())
+			}
+			if cert != nil {
+				exp := metav1.NewTime(cert.NotAfter.Truncate(time.Second))
+				n.Status.CertificateExpiry = &exp
+			}
+			return true
+		})
 	}
 	if !fn.Spec.Approved {
 		return &agentv1.RegisterResponse{
@@ -75,18 +101,6 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 			Message:           fmt.Sprintf("node %s is waiting for approval: run `drover approve %s`", node, node),
 			RetryAfterSeconds: uint32(pendingRetry / time.Second),
 		}, nil
-	}
-	certDER, err := h.ca.SignClientCSR(req.GetCsr(), node, now, h.opts.CertificateValidity)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
-	}
-	cert, _ := x509.ParseCertificate(certDER)
-	if cert != nil {
-		h.writeStatus(ctx, node, "certificate", func(n *fleetv1.FleetNode) bool {
-			exp := metav1.NewTime(cert.NotAfter.Truncate(time.Second))
-			n.Status.CertificateExpiry = &exp
-			return true
-		})
 	}
 	return &agentv1.RegisterResponse{
 		Result:      agentv1.RegisterResponse_RESULT_APPROVED,
@@ -96,15 +110,16 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 	}, nil
 }
 
-// ensureNode returns the node's FleetNode, creating it (Pending) on first registration.
-func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, info *agentv1.NodeInfo) (*fleetv1.FleetNode, error) {
+// ensureNode returns the node's FleetNode, creating it on first
+// registration (created reports that; its status is still empty).
+func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, info *agentv1.NodeInfo) (*fleetv1.FleetNode, bool, error) {
 	var fn fleetv1.FleetNode
 	err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn)
 	if err == nil {
-		return &fn, nil
+		return &fn, false, nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
+		return nil, false, status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
 	}
 	fn = fleetv1.FleetNode{
 		ObjectMeta: metav1.ObjectMeta{
@@ -117,30 +132,32 @@ func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, 
 	if err := h.opts.Client.Create(ctx, &fn); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
-				return nil, status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
+				return nil, false, status.Errorf(codes.Unavailable, "look up node %s: %v", node, err)
 			}
-			return &fn, nil
+			return &fn, false, nil
 		}
-		return nil, status.Errorf(codes.Unavailable, "create node %s: %v", node, err)
+		return nil, false, status.Errorf(codes.Unavailable, "create node %s: %v", node, err)
 	}
 	h.metrics.apiWrites.WithLabelValues("register").Inc()
-	reason, msg := fleetv1.ReasonAwaitingApproval, "waiting for `drover approve "+node+"`"
+	return &fn, true, nil
+}
+
+// initStatus fills a new node's status: Pending, approved or waiting for
+// approval, not connected yet, and what the agent reported.
+func initStatus(n *fleetv1.FleetNode, tok bootstrap.Token, info *agentv1.NodeInfo) {
+	reason, msg := fleetv1.ReasonAwaitingApproval, "waiting for `drover approve "+n.Name+"`"
 	cond := metav1.ConditionFalse
 	if tok.AutoApprove {
 		reason, msg, cond = fleetv1.ReasonAutoApproved, "approved by bootstrap token "+tok.ID, metav1.ConditionTrue
 	}
-	h.writeStatus(ctx, node, "register", func(n *fleetv1.FleetNode) bool {
-		n.Status.Phase = fleetv1.FleetNodePending
-		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-			Type: fleetv1.ApprovedCondition, Status: cond, Reason: reason, Message: msg, ObservedGeneration: n.Generation,
-		})
-		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-			Type: fleetv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "NotConnected", Message: "the agent has not opened a stream yet", ObservedGeneration: n.Generation,
-		})
-		applyInfo(n, info)
-		return true
+	n.Status.Phase = fleetv1.FleetNodePending
+	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+		Type: fleetv1.ApprovedCondition, Status: cond, Reason: reason, Message: msg, ObservedGeneration: n.Generation,
 	})
-	return &fn, nil
+	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+		Type: fleetv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "NotConnected", Message: "the agent has not opened a stream yet", ObservedGeneration: n.Generation,
+	})
+	applyInfo(n, info)
 }
 
 func nodeLabels(info *agentv1.NodeInfo) map[string]string {

@@ -21,10 +21,20 @@ import (
 // the caller has nothing better to do with them, and the next transition or
 // refresh writes again.
 func (h *Hub) writeStatus(ctx context.Context, node, reason string, mutate func(*fleetv1.FleetNode) bool) bool {
+	return h.writeStatusOn(ctx, node, nil, reason, mutate)
+}
+
+// writeStatusOn is writeStatus starting from latest, an object the caller
+// just got from the API (e.g. what Create returned), which saves the read;
+// a conflict falls back to reading.
+func (h *Hub) writeStatusOn(ctx context.Context, node string, latest *fleetv1.FleetNode, reason string, mutate func(*fleetv1.FleetNode) bool) bool {
 	wrote := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var n fleetv1.FleetNode
-		if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		if latest != nil {
+			latest.DeepCopyInto(&n)
+			latest = nil
+		} else if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 			return err
 		}
 		before := n.DeepCopy()
