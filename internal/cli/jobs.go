@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/util/retry"
@@ -105,6 +106,13 @@ func bar(c opsv1.NodeTaskCounts, width int) string {
 	return fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("#", fill), strings.Repeat(".", width-fill), int(done)*100/int(c.Total))
 }
 
+// printSecretRef names the Secret a job's registry credentials come from.
+func printSecretRef(w io.Writer, ref *corev1.SecretReference) {
+	if ref != nil {
+		fmt.Fprintf(w, "Credentials: Secret %s/%s\n", ref.Namespace, ref.Name)
+	}
+}
+
 // describeJob prints a job and every node's detail, merged from its slices.
 func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.NodeJob, now time.Time) error {
 	st := j.JobStatus()
@@ -113,8 +121,10 @@ func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.Node
 	case *opsv1.NodeUpgradeJob:
 		src := job.Spec.Artifact.URL + job.Spec.Artifact.Image
 		fmt.Fprintf(w, "Version:     %s\nArtifact:    %s (sha256 %s)\nConfirm:     %v\n", job.Spec.Version, src, job.Spec.Artifact.SHA256, job.Spec.RequireConfirmation)
+		printSecretRef(w, job.Spec.Artifact.ImageSecretRef)
 	case *opsv1.ImagePrePullJob:
 		fmt.Fprintf(w, "Images:      %s\n", strings.Join(job.Spec.Images, ", "))
+		printSecretRef(w, job.Spec.ImageSecretRef)
 	}
 	ex := j.Execution()
 	fmt.Fprintf(w, "Concurrency: %d   Timeout: %ds   FailureTolerate: %s   Aborted: %v\n", ex.Concurrency, ex.TimeoutSeconds, orNone(ex.FailureTolerate), j.Aborted())

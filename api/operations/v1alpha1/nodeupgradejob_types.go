@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -17,6 +18,7 @@ const (
 // AgentArtifact is where the new drover-agent binary comes from. The agent
 // refuses a download whose SHA-256 differs from sha256.
 // +kubebuilder:validation:XValidation:rule="has(self.url) != has(self.image)",message="set exactly one of url and image"
+// +kubebuilder:validation:XValidation:rule="!has(self.imageSecretRef) || has(self.image)",message="imageSecretRef is for an image artifact; a url carries no credentials"
 type AgentArtifact struct {
 	// url of the binary, http or https.
 	// +optional
@@ -29,6 +31,13 @@ type AgentArtifact struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]+)?/)?[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$`
 	Image string `json:"image,omitempty"`
+
+	// imageSecretRef names a Secret of type kubernetes.io/dockerconfigjson
+	// with the credentials of image's registry (absent: anonymous pull).
+	// Hubs read it (see config/rbac's drover-hub-image-pull-secrets) and
+	// send the nodes only that registry's entry.
+	// +optional
+	ImageSecretRef *corev1.SecretReference `json:"imageSecretRef,omitempty"`
 
 	// sha256 is the hex SHA-256 digest of the binary.
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`

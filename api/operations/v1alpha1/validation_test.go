@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,6 +88,13 @@ func TestSchemaValidation(t *testing.T) {
 	add("valid upgrade by OCI image", upgradeJob("", func(j *opsv1.NodeUpgradeJob) {
 		j.Spec.Artifact = opsv1.AgentArtifact{Image: "localhost:5000/drover/agent:v1.2.3", SHA256: digest}
 	}), "")
+	add("valid upgrade by OCI image with credentials", upgradeJob("", func(j *opsv1.NodeUpgradeJob) {
+		j.Spec.Artifact = opsv1.AgentArtifact{Image: "localhost:5000/drover/agent:v1.2.3", SHA256: digest,
+			ImageSecretRef: &corev1.SecretReference{Namespace: "default", Name: "pull"}}
+	}), "")
+	add("credentials with a url", upgradeJob("", func(j *opsv1.NodeUpgradeJob) {
+		j.Spec.Artifact.ImageSecretRef = &corev1.SecretReference{Namespace: "default", Name: "pull"}
+	}), "imageSecretRef is for an image artifact")
 	add("valid pre-pull by labels", prePullJob("", nil), "")
 	for i, v := range injections {
 		add(fmt.Sprintf("version injection %d", i), upgradeJob("", func(j *opsv1.NodeUpgradeJob) { j.Spec.Version = v }), "spec.version")

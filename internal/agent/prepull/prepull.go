@@ -31,9 +31,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/match"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/drover-fleet/drover/internal/agent/checks"
+	"github.com/drover-fleet/drover/internal/agent/registryauth"
 	"github.com/drover-fleet/drover/internal/nodejob/flow"
 	"github.com/drover-fleet/drover/internal/nodejob/wire"
 	"github.com/drover-fleet/drover/internal/store"
@@ -234,20 +234,15 @@ func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s wi
 		return err
 	}
 	registry := ref.Context().RegistryStr()
-	auth := authn.Anonymous
-	user := ""
-	if c, ok := s.Auth[registry]; ok {
-		auth = authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password})
-		user = c.Username
-	}
+	auth, user := registryauth.For(s.Auth, ref)
 	wait := r.Backoff
 	for attempt := 0; ; attempt++ {
 		err = r.fetch(ctx, lp, ref, image, auth)
 		if err == nil {
 			return nil
 		}
-		err = explain(err, registry, user)
-		if permanent(err) || attempt >= s.RetryTimes || ctx.Err() != nil {
+		err = registryauth.Explain(err, registry, user)
+		if registryauth.Permanent(err) || attempt >= s.RetryTimes || ctx.Err() != nil {
 			if attempt > 0 {
 				err = fmt.Errorf("%w (after %d attempts)", err, attempt+1)
 			}
@@ -276,42 +271,4 @@ func (r *Runner) fetch(ctx context.Context, lp layout.Path, ref name.Reference, 
 	}
 	ann := map[string]string{refAnnotation: image}
 	return lp.ReplaceImage(img, match.Annotation(refAnnotation, image), layout.WithAnnotations(ann))
-}
-
-// authError is a registry's refusal of the credentials (or their absence).
-type authError struct{ msg string }
-
-func (e *authError) Error() string { return e.msg }
-
-// notFoundError is a registry saying the image does not exist.
-type notFoundError struct{ err error }
-
-func (e *notFoundError) Error() string { return "not found: " + e.err.Error() }
-func (e *notFoundError) Unwrap() error { return e.err }
-
-// explain turns registry status codes into reasons an operator can act on.
-func explain(err error, registry, user string) error {
-	var te *transport.Error
-	if !errors.As(err, &te) {
-		return err
-	}
-	switch te.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		status := fmt.Sprintf("%d %s", te.StatusCode, http.StatusText(te.StatusCode))
-		if user == "" {
-			return &authError{fmt.Sprintf("registry %s requires credentials (%s); the job gives none for it", registry, status)}
-		}
-		return &authError{fmt.Sprintf("registry %s refused the credentials of user %q (%s)", registry, user, status)}
-	case http.StatusNotFound:
-		return &notFoundError{err}
-	}
-	return err
-}
-
-func permanent(err error) bool {
-	var (
-		ae *authError
-		nf *notFoundError
-	)
-	return errors.As(err, &ae) || errors.As(err, &nf)
 }

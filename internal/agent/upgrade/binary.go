@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/drover-fleet/drover/internal/agent/registryauth"
 	"github.com/drover-fleet/drover/internal/nodejob/wire"
 )
 
@@ -43,7 +44,7 @@ func (r *Runner) fetch(ctx context.Context, s wire.UpgradeSpec, path string, tim
 		body, err = r.httpGet(ctx, s.URL)
 	} else {
 		src = s.Image
-		body, err = r.ociLayer(ctx, s.Image)
+		body, err = r.ociLayer(ctx, s.Image, s.Auth)
 	}
 	if err != nil {
 		return fmt.Errorf("download %s from %s: %w", s.Version, src, err)
@@ -83,19 +84,21 @@ func (r *Runner) httpGet(ctx context.Context, url string) (io.ReadCloser, error)
 	return resp.Body, nil
 }
 
-// ociLayer opens the binary in ref's first layer (anonymous pull).
-func (r *Runner) ociLayer(ctx context.Context, ref string) (io.ReadCloser, error) {
+// ociLayer opens the binary in ref's first layer, pulled with the
+// credentials creds holds for its registry (anonymous if none).
+func (r *Runner) ociLayer(ctx context.Context, ref string, creds map[string]wire.Credential) (io.ReadCloser, error) {
 	n, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, err
 	}
-	opts := []remote.Option{remote.WithContext(ctx)}
+	auth, user := registryauth.For(creds, n)
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
 	if r.HTTPClient != nil && r.HTTPClient.Transport != nil {
 		opts = append(opts, remote.WithTransport(r.HTTPClient.Transport))
 	}
 	img, err := remote.Image(n, opts...)
 	if err != nil {
-		return nil, err
+		return nil, registryauth.Explain(err, n.Context().RegistryStr(), user)
 	}
 	layers, err := img.Layers()
 	if err != nil {

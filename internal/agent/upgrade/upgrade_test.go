@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -454,9 +455,19 @@ func TestConfirmationTimesOut(t *testing.T) {
 
 func TestUpgradeFromAnOCIArtifact(t *testing.T) {
 	old, new, _ := agents(t)
-	reg := httptest.NewServer(registry.New())
+	// A registry that wants alice's password for every request.
+	inner := registry.New()
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")
+	alice := map[string]wire.Credential{host: {Username: "alice", Password: "s3cret"}}
 	content, err := os.ReadFile(new.path)
 	if err != nil {
 		t.Fatal(err)
@@ -475,20 +486,40 @@ func TestUpgradeFromAnOCIArtifact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := remote.Write(ref, img); err != nil {
+		if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: "alice", Password: "s3cret"})); err != nil {
 			t.Fatal(err)
 		}
 		return ref.String()
 	}
-	tests := []struct{ name, image string }{
-		{"raw binary layer", push("agent-raw", content)},
-		{"tar of one file", push("agent-tar", tarred.Bytes())},
+	raw, tarOfOne := push("agent-raw", content), push("agent-tar", tarred.Bytes())
+	tests := []struct {
+		name, image string
+		auth        map[string]wire.Credential
+		wantReason  string // "" = the upgrade goes on (Running, restarting)
+	}{
+		{"raw binary layer", raw, alice, ""},
+		{"tar of one file", tarOfOne, alice, ""},
+		{"no credentials for the registry", raw, nil,
+			"registry " + host + " requires credentials (401 Unauthorized); the job gives none for it"},
+		{"credentials of another registry only", raw, map[string]wire.Credential{"elsewhere.example:5000": {Username: "alice", Password: "s3cret"}},
+			"registry " + host + " requires credentials (401 Unauthorized); the job gives none for it"},
+		{"wrong password", raw, map[string]wire.Credential{host: {Username: "alice", Password: "nope"}},
+			"registry " + host + ` refused the credentials of user "alice" (401 Unauthorized)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			n := newNode(t, old)
-			phase, reason := n.runner(oldVersion).Run(ctx, "job", spec(t, wire.UpgradeSpec{Image: tt.image, SHA256: new.sha}), n.rec.report)
+			phase, reason := n.runner(oldVersion).Run(ctx, "job", spec(t, wire.UpgradeSpec{Image: tt.image, SHA256: new.sha, Auth: tt.auth}), n.rec.report)
+			if tt.wantReason != "" {
+				if phase != wire.PhaseFailed || !strings.Contains(reason, tt.wantReason) || !strings.Contains(reason, "rolled back to "+oldVersion) {
+					t.Errorf("Run(%s) = %s, %q; want Failed, rolled back, with %q", tt.image, phase, reason, tt.wantReason)
+				}
+				if sha, _ := n.installed(); sha != old.sha {
+					t.Errorf("installed binary = %s, want the old one %s untouched", sha, old.sha)
+				}
+				return
+			}
 			if phase != wire.PhaseRunning {
 				t.Fatalf("Run(%s) = %s, %q; want Running (restarting)", tt.image, phase, reason)
 			}

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -260,6 +261,7 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 		item *agentv1.WorkItem
 	}
 	var sends []out
+	var base *agentv1.WorkItem
 	timeout := time.Duration(max(job.Execution().TimeoutSeconds, 1)) * time.Second
 	e.mu.Lock()
 	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID, timeout: timeout}
@@ -278,10 +280,13 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 			}
 			continue
 		}
-		items, err := e.itemsFor(ctx, job, n.NodeName)
-		if err != nil {
-			return 0, err
+		if base == nil {
+			// Once per slice, not per node: it may read the job's Secret.
+			if base, err = e.jobItem(ctx, job); err != nil {
+				return 0, err
+			}
 		}
+		items := itemsFor(job, base, n.NodeName)
 		e.mu.Lock()
 		if e.want[n.NodeName] == nil {
 			e.want[n.NodeName] = map[string]*agentv1.WorkItem{}
@@ -420,41 +425,53 @@ func checks(x opsv1.JobExecution) wire.Checks {
 	return c
 }
 
-// itemsFor builds the items node should hold for job.
-func (e *Executor) itemsFor(ctx context.Context, job opsv1.NodeJob, node string) ([]*agentv1.WorkItem, error) {
+// jobItem builds the item every node of job holds.
+func (e *Executor) jobItem(ctx context.Context, job opsv1.NodeJob) (*agentv1.WorkItem, error) {
 	uid := string(job.GetUID())
 	switch j := job.(type) {
 	case *opsv1.NodeUpgradeJob:
-		confirmed := false
-		if c := j.Spec.Confirmed; c != nil {
-			confirmed = c.All
-			for _, n := range c.NodeNames {
-				confirmed = confirmed || n == node
+		a := j.Spec.Artifact
+		var auth map[string]wire.Credential
+		if a.Image != "" {
+			var err error
+			if auth, err = e.credentials(ctx, a.ImageSecretRef, []string{a.Image}); err != nil {
+				return nil, fmt.Errorf("artifact: %w", err)
 			}
 		}
-		spec, _ := json.Marshal(wire.UpgradeSpec{Job: j.Name, Version: j.Spec.Version, URL: j.Spec.Artifact.URL, Image: j.Spec.Artifact.Image,
-			SHA256: j.Spec.Artifact.SHA256, RequireConfirmation: j.Spec.RequireConfirmation, TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
-		items := []*agentv1.WorkItem{{Uid: uid, Type: wire.TypeUpgrade, Spec: spec}}
-		if j.Spec.RequireConfirmation && confirmed {
-			items = append(items, &agentv1.WorkItem{Uid: wire.ConfirmUID(uid), Type: wire.TypeConfirm, Spec: []byte("{}")})
-		}
-		return items, nil
+		spec, _ := json.Marshal(wire.UpgradeSpec{Job: j.Name, Version: j.Spec.Version, URL: a.URL, Image: a.Image, SHA256: a.SHA256, Auth: auth,
+			RequireConfirmation: j.Spec.RequireConfirmation, TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
+		return &agentv1.WorkItem{Uid: uid, Type: wire.TypeUpgrade, Spec: spec}, nil
 	case *opsv1.ImagePrePullJob:
-		auth, err := e.credentials(ctx, j)
+		auth, err := e.credentials(ctx, j.Spec.ImageSecretRef, j.Spec.Images)
 		if err != nil {
 			return nil, err
 		}
 		spec, _ := json.Marshal(wire.PrePullSpec{Job: j.Name, Images: j.Spec.Images, Auth: auth, RetryTimes: int(j.Spec.RetryTimes),
 			TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
-		return []*agentv1.WorkItem{{Uid: uid, Type: wire.TypePrePull, Spec: spec}}, nil
+		return &agentv1.WorkItem{Uid: uid, Type: wire.TypePrePull, Spec: spec}, nil
 	}
-	return nil, nil
+	return nil, fmt.Errorf("unknown node job kind %T", job)
 }
 
-// credentials reads the job's dockerconfigjson Secret and keeps only the
-// registries its images are on.
-func (e *Executor) credentials(ctx context.Context, j *opsv1.ImagePrePullJob) (map[string]wire.Credential, error) {
-	ref := j.Spec.ImageSecretRef
+// itemsFor is what node holds of job: the job's item, and the confirmation
+// once an upgrade that needs one is confirmed for node.
+func itemsFor(job opsv1.NodeJob, base *agentv1.WorkItem, node string) []*agentv1.WorkItem {
+	items := []*agentv1.WorkItem{base}
+	if j, ok := job.(*opsv1.NodeUpgradeJob); ok && j.Spec.RequireConfirmation {
+		confirmed := false
+		if c := j.Spec.Confirmed; c != nil {
+			confirmed = c.All || slices.Contains(c.NodeNames, node)
+		}
+		if confirmed {
+			items = append(items, &agentv1.WorkItem{Uid: wire.ConfirmUID(string(j.GetUID())), Type: wire.TypeConfirm, Spec: []byte("{}")})
+		}
+	}
+	return items
+}
+
+// credentials reads a dockerconfigjson Secret and keeps only the
+// registries images are on.
+func (e *Executor) credentials(ctx context.Context, ref *corev1.SecretReference, images []string) (map[string]wire.Credential, error) {
 	if ref == nil {
 		return nil, nil
 	}
@@ -467,7 +484,7 @@ func (e *Executor) credentials(ctx context.Context, j *opsv1.ImagePrePullJob) (m
 		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	out := map[string]wire.Credential{}
-	for _, im := range j.Spec.Images {
+	for _, im := range images {
 		r, err := name.ParseReference(im)
 		if err != nil {
 			continue

@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -267,9 +269,15 @@ func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 	}
 }
 
-func TestPrePullGetsOnlyItsRegistriesCredentials(t *testing.T) {
+// TestJobsGetOnlyTheirRegistriesCredentials: a pre-pull and an upgrade
+// from an OCI artifact carry the entries of their job's dockerconfigjson
+// Secret for the registries their images are on, and no others.
+func TestJobsGetOnlyTheirRegistriesCredentials(t *testing.T) {
 	testenv.Require(t, env)
 	_, h, _ := start(t, 0)
+	h.mu.Lock()
+	h.connected["n2"] = true
+	h.mu.Unlock()
 	ctx := context.Background()
 	auth := func(u, p string) string { return base64.StdEncoding.EncodeToString([]byte(u + ":" + p)) }
 	cfg := fmt.Sprintf(`{"auths":{"registry.example.com:5000":{"auth":%q},"https://other.example.com/v1/":{"username":"o","password":"p"},"docker.io":{"username":"d","password":"h"}}}`, auth("alice", "s3cret"))
@@ -278,25 +286,49 @@ func TestPrePullGetsOnlyItsRegistriesCredentials(t *testing.T) {
 	if err := env.Client.Create(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	job := &opsv1.ImagePrePullJob{ObjectMeta: metav1.ObjectMeta{Name: "exec-pull"}, Spec: opsv1.ImagePrePullJobSpec{
-		NodeNames: []string{"n1"}, Images: []string{"registry.example.com:5000/team/app:v1", "nginx"}, RetryTimes: 2,
-		ImageSecretRef: &corev1.SecretReference{Name: "pull", Namespace: "default"}}}
-	jobWithSlice(t, job, entry("n1", "InProgress"))
-	uid := string(job.UID)
-	testenv.Eventually(t, waitTimeout, "pre-pull dispatched", func(context.Context) (bool, error) {
-		return h.has(&h.dispatched, "n1/"+uid+"/"+wire.TypePrePull), nil
-	})
-	h.mu.Lock()
-	spec, err := wire.DecodePrePull(h.specs[uid])
-	h.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
+	ref := &corev1.SecretReference{Name: "pull", Namespace: "default"}
+	alice := wire.Credential{Username: "alice", Password: "s3cret"}
+	tests := []struct {
+		name, node, typ string
+		job             opsv1.NodeJob
+		auth            func([]byte) (map[string]wire.Credential, error)
+		want            map[string]wire.Credential
+	}{
+		{"pre-pull", "n1", wire.TypePrePull,
+			&opsv1.ImagePrePullJob{ObjectMeta: metav1.ObjectMeta{Name: "exec-pull"}, Spec: opsv1.ImagePrePullJobSpec{
+				NodeNames: []string{"n1"}, Images: []string{"registry.example.com:5000/team/app:v1", "nginx"}, RetryTimes: 2, ImageSecretRef: ref}},
+			func(b []byte) (map[string]wire.Credential, error) {
+				s, err := wire.DecodePrePull(b)
+				return s.Auth, err
+			},
+			map[string]wire.Credential{"registry.example.com:5000": alice, "index.docker.io": {Username: "d", Password: "h"}}},
+		{"upgrade from an OCI artifact", "n2", wire.TypeUpgrade,
+			&opsv1.NodeUpgradeJob{ObjectMeta: metav1.ObjectMeta{Name: "exec-oci-upgrade"}, Spec: opsv1.NodeUpgradeJobSpec{
+				NodeNames: []string{"n2"}, Version: "v2.0.0", Artifact: opsv1.AgentArtifact{
+					Image: "registry.example.com:5000/drover/agent:v2.0.0", SHA256: strings.Repeat("a", 64), ImageSecretRef: ref}}},
+			func(b []byte) (map[string]wire.Credential, error) {
+				s, err := wire.DecodeUpgrade(b)
+				return s.Auth, err
+			},
+			map[string]wire.Credential{"registry.example.com:5000": alice}},
 	}
-	if len(spec.Auth) != 2 || spec.Auth["registry.example.com:5000"] != (wire.Credential{Username: "alice", Password: "s3cret"}) || spec.Auth["index.docker.io"].Username != "d" {
-		t.Errorf("auth = %+v; want registry.example.com:5000 (alice) and index.docker.io only", spec.Auth)
-	}
-	if spec.RetryTimes != 2 {
-		t.Errorf("retryTimes = %d", spec.RetryTimes)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			jobWithSlice(t, tt.job, entry(tt.node, "InProgress"))
+			uid := string(tt.job.GetUID())
+			testenv.Eventually(t, waitTimeout, tt.name+" dispatched", func(context.Context) (bool, error) {
+				return h.has(&h.dispatched, tt.node+"/"+uid+"/"+tt.typ), nil
+			})
+			h.mu.Lock()
+			got, err := tt.auth(h.specs[uid])
+			h.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("auth = %+v; want %+v", got, tt.want)
+			}
+		})
 	}
 }
 

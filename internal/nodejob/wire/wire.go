@@ -57,6 +57,9 @@ type UpgradeSpec struct {
 	URL     string `json:"url,omitempty"`
 	Image   string `json:"image,omitempty"`
 	SHA256  string `json:"sha256"`
+	// Auth holds the credentials for Image's registry, from the artifact's
+	// imageSecretRef (absent: anonymous pull).
+	Auth map[string]Credential `json:"auth,omitempty"`
 	// RequireConfirmation holds the flow at WaitingConfirmation until a
 	// later dispatch of the same uid carries Confirmed.
 	RequireConfirmation bool   `json:"requireConfirmation,omitempty"`
@@ -65,7 +68,7 @@ type UpgradeSpec struct {
 	Checks              Checks `json:"checks"`
 }
 
-// Credential is a registry login, from the job's imageSecretRef.
+// Credential is a registry login, from a job's imageSecretRef.
 type Credential struct {
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
