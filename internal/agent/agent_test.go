@@ -817,3 +817,101 @@ func TestAFullWorkQueueLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestHandleBatchedDispatches feeds Dispatch envelopes of several items
+// (Dispatch.more, item i at the envelope's revision + i) to handleBatch: the
+// new items are applied once each at their own revisions and the envelope
+// acked once, also when the hub publishes it again; a batch past a gap asks
+// for a full sync and applies nothing.
+func TestHandleBatchedDispatches(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAgent(t, nil)
+	hub := &fakeHub{}
+	tr := protocol.NewTracker(0)
+	items := func(uids ...string) []*agentv1.WorkItem {
+		var out []*agentv1.WorkItem
+		for _, uid := range uids {
+			out = append(out, &agentv1.WorkItem{Uid: uid, Type: "noop"})
+		}
+		return out
+	}
+	batch := protocol.NewDispatches("n1", 2, items("b", "c", "d"))
+	steps := []struct {
+		name      string
+		envs      []*agentv1.Envelope
+		acked     []string // ids, in one Ack (nil: no Ack)
+		fullSync  uint64   // the agent asks for a full sync from this revision (0: does not)
+		scheduled []string
+		hubRev    uint64
+	}{
+		{"a snapshot", []*agentv1.Envelope{protocol.NewSnapshot("n1", 1, items("a"))}, nil, 0, []string{"a"}, 1},
+		{"a batch applies every item", []*agentv1.Envelope{batch}, []string{batch.GetId()}, 0, []string{"b", "c", "d"}, 4},
+		{"the batch published again is acked, not applied", []*agentv1.Envelope{batch}, []string{batch.GetId()}, 0, nil, 4},
+		{"a batch that overlaps what the agent holds applies the new items", []*agentv1.Envelope{protocol.NewDispatches("n1", 3, items("c", "d", "e"))}, nil, 0, []string{"e"}, 5},
+		{"a batch past a gap is not applied nor acked", []*agentv1.Envelope{protocol.NewDispatches("n1", 7, items("x", "y"))}, []string{}, 5, nil, 5},
+		{"a snapshot past the gap", []*agentv1.Envelope{protocol.NewSnapshot("n1", 9, items("a", "b", "c", "d", "e", "x", "y"))}, nil, 0, []string{"a", "b", "c", "d", "e", "x", "y"}, 9},
+		{"batches, single dispatches and a cancel in one run", []*agentv1.Envelope{
+			protocol.NewDispatches("n1", 10, items("f", "g")),
+			protocol.NewDispatch("n1", 12, items("h")[0]),
+			protocol.NewCancel("n1", 13, "f"),
+			protocol.NewDispatches("n1", 14, items("i", "j")),
+		}, nil, 0, []string{"f", "g", "h", "i", "j"}, 15},
+	}
+	for _, s := range steps {
+		if s.acked == nil && s.fullSync == 0 {
+			for _, e := range s.envs {
+				s.acked = append(s.acked, e.GetId())
+			}
+		}
+		if err := a.handleBatch(ctx, hub, tr, s.envs); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		var acked []string
+		var syncs []*agentv1.Envelope
+		for _, e := range hub.take() {
+			switch e.GetKind() {
+			case agentv1.Kind_KIND_ACK:
+				if acked != nil {
+					t.Fatalf("%s: more than one Ack", s.name)
+				}
+				acked = append([]string{e.GetAckOf()}, e.GetAck().GetMore()...)
+			case agentv1.Kind_KIND_FULL_SYNC_REQUEST:
+				syncs = append(syncs, e)
+			}
+		}
+		if !slices.Equal(acked, s.acked) {
+			t.Fatalf("%s: acked %v, want %v", s.name, acked, s.acked)
+		}
+		if s.fullSync == 0 && len(syncs) > 0 || s.fullSync > 0 && (len(syncs) != 1 || syncs[0].GetFullSyncRequest().GetHaveRevision() != s.fullSync) {
+			t.Fatalf("%s: full-sync requests %v, want one from %d (0: none)", s.name, syncs, s.fullSync)
+		}
+		var scheduled []string
+	drain:
+		for {
+			select {
+			case uid := <-a.work:
+				scheduled = append(scheduled, uid)
+			default:
+				break drain
+			}
+		}
+		if !slices.Equal(scheduled, s.scheduled) {
+			t.Fatalf("%s: scheduled %v, want %v", s.name, scheduled, s.scheduled)
+		}
+		if rev, err := a.db.HubRevision(ctx); err != nil || rev != s.hubRev {
+			t.Fatalf("%s: hub revision %d (%v), want %d", s.name, rev, err, s.hubRev)
+		}
+	}
+	for uid, want := range map[string]struct {
+		rev   uint64
+		phase string
+	}{"f": {10, PhaseCancelled}, "g": {11, PhasePending}, "h": {12, PhasePending}, "i": {14, PhasePending}, "j": {15, PhasePending}} {
+		w, ok, err := a.db.Work(ctx, uid)
+		if err != nil || !ok || w.Revision != want.rev || w.Phase != want.phase {
+			t.Errorf("work %s: %+v %v %v, want revision %d phase %s", uid, w, ok, err, want.rev, want.phase)
+		}
+	}
+	if _, ok, _ := a.db.Work(ctx, "x"); !ok {
+		t.Error("the snapshot's x is not in the DB")
+	}
+}
