@@ -405,23 +405,26 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	// next is an envelope gather took from the queue but could not join:
 	// it goes before anything else.
 	var next *agentv1.Envelope
+	forward := func(env *agentv1.Envelope) error {
+		if s.batching {
+			env, next = s.gather(env)
+		}
+		if d := env.GetDispatch(); d != nil {
+			h.metrics.batchItems.Observe(float64(1 + len(d.GetMore())))
+		}
+		return send(env)
+	}
 	for {
 		if env := next; env != nil {
 			next = nil
-			if s.batching {
-				env, next = s.gather(env)
-			}
-			if err := send(env); err != nil {
+			if err := forward(env); err != nil {
 				return err
 			}
 			continue
 		}
 		select {
 		case env := <-s.out:
-			if s.batching {
-				env, next = s.gather(env)
-			}
-			if err := send(env); err != nil {
+			if err := forward(env); err != nil {
 				return err
 			}
 		case <-s.done:
