@@ -915,3 +915,90 @@ func TestHandleBatchedDispatches(t *testing.T) {
 		t.Error("the snapshot's x is not in the DB")
 	}
 }
+
+// TestFlusherLingersOnlyWhileWorkIsQueued: while the work loop has items
+// queued, the outbox flusher waits (lingerForReports) after a wake-up, and
+// the reports queued meanwhile go in one Status; with nothing queued it
+// never waits.
+func TestFlusherLingersOnlyWhileWorkIsQueued(t *testing.T) {
+	for _, queued := range []bool{true, false} {
+		t.Run(fmt.Sprintf("queued=%v", queued), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			a := newTestAgent(t, nil)
+			if queued {
+				a.work <- "waiting"
+			}
+			lingering := make(chan struct{})
+			release := make(chan struct{})
+			lingered := 0
+			a.linger = func(ctx context.Context) error {
+				lingered++
+				select {
+				case lingering <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			report := func(uid string) {
+				t.Helper()
+				if _, err := a.report(ctx, "", "", "", func(rev uint64) *agentv1.Envelope {
+					return protocol.NewStatus("n1", rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseSucceeded})
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// a is in the outbox and has kicked the flusher before it starts:
+			// the first read sends it, then the kick wakes it.
+			report("a")
+			hub := &fakeHub{}
+			done := make(chan error, 1)
+			go func() { done <- a.flushOutbox(ctx, hub) }()
+			if queued {
+				select {
+				case <-lingering:
+				case <-time.After(testTimeout):
+					t.Fatal("the flusher did not linger with work queued")
+				}
+				report("b")
+				report("c")
+				close(release)
+			}
+			deadline := time.Now().Add(testTimeout)
+			for len(outbox(t, a)) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("outbox not flushed after %s", testTimeout)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range hub.take() {
+				var uids []string
+				for _, w := range append([]*agentv1.WorkStatus{e.GetStatus().GetWork()}, e.GetStatus().GetMore()...) {
+					uids = append(uids, w.GetUid())
+				}
+				got = append(got, strings.Join(uids, "+"))
+			}
+			want := []string{"a"}
+			if queued {
+				want = []string{"a", "b+c"}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("sent %v, want %v", got, want)
+			}
+			if queued != (lingered > 0) {
+				t.Errorf("lingered %d times with work queued=%v", lingered, queued)
+			}
+		})
+	}
+}

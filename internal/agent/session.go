@@ -316,7 +316,28 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 			return nil
 		case <-a.kick:
 		}
+		if len(a.work) > 0 || a.overflow.Load() {
+			// The work loop has items queued, so more reports follow
+			// within milliseconds: waiting a little sends them in one
+			// Status (over MQTT one publish and one answer) rather than
+			// one each. An agent with nothing queued reports at once.
+			if err := a.lingerForReports(ctx); err != nil {
+				return nil
+			}
+		}
 	}
+}
+
+// reportLinger is how long the outbox flusher waits for more reports while
+// the work loop has items queued: a few items' worth of running noop work,
+// small against what a queued item already waits.
+const reportLinger = 10 * time.Millisecond
+
+func (a *Agent) lingerForReports(ctx context.Context) error {
+	if a.linger != nil {
+		return a.linger(ctx)
+	}
+	return sleep(ctx, reportLinger)
 }
 
 // reportNodeState queues the agent's whole state at a new revision, which
