@@ -836,6 +836,7 @@ func TestHandleBatchedDispatches(t *testing.T) {
 		return out
 	}
 	batch := protocol.NewDispatches("n1", 2, items("b", "c", "d"))
+	beforeGap, afterGap := protocol.NewDispatches("n1", 16, items("k", "l")), protocol.NewDispatches("n1", 20, items("m", "n"))
 	steps := []struct {
 		name      string
 		envs      []*agentv1.Envelope
@@ -856,6 +857,8 @@ func TestHandleBatchedDispatches(t *testing.T) {
 			protocol.NewCancel("n1", 13, "f"),
 			protocol.NewDispatches("n1", 14, items("i", "j")),
 		}, nil, 0, []string{"f", "g", "h", "i", "j"}, 15},
+		{"a gap between two batches of a run: the first is applied and acked, the second is not", []*agentv1.Envelope{beforeGap, afterGap},
+			[]string{beforeGap.GetId()}, 17, []string{"k", "l"}, 17},
 	}
 	for _, s := range steps {
 		if s.acked == nil && s.fullSync == 0 {
