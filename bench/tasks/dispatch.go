@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -44,6 +46,12 @@ type dispatchResult struct {
 	succeeded    int
 	perSecAcked  float64
 	perSecRunEnd float64
+	// envelopes is how many Dispatch envelopes carried the timed items
+	// (fewer than messages when the hub batched them); acks and reports
+	// are the Ack and Status envelopes the agents sent meanwhile, until
+	// every item was reported. Over MQTT each of the latter is two broker
+	// messages (the envelope and the hub's answer).
+	envelopes, acks, reports int
 }
 
 // doneSink counts Succeeded reports.
@@ -74,10 +82,11 @@ func (r *runner) runDispatch(ctx context.Context, m mode) (dispatchResult, error
 	defer cancel()
 	sink := &doneSink{}
 	name := "bench-d-" + m.key
+	reg := prometheus.NewRegistry()
 	h, err := hub.New(hub.Options{
 		Work: noWork{}, Status: sink, Name: name, Client: r.c, APIReader: r.c, Namespace: "drover-system",
 		ListenAddress: "127.0.0.1:0", ServingHosts: []string{"127.0.0.1"},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg,
 	})
 	if err != nil {
 		return res, err
@@ -161,14 +170,17 @@ func (r *runner) runDispatch(ctx context.Context, m mode) (dispatchResult, error
 		defer pprof.StopCPUProfile()
 	}
 	before := sink.n.Load()
+	envsBefore, acksBefore, reportsBefore := dispatchEnvelopes(reg), received(reg, "KIND_ACK"), received(reg, "KIND_STATUS")
 	began := time.Now()
 	if err := r.dispatchAll(ctx, h, nodes, r.o.dispatchN, "d"); err != nil {
 		return res, err
 	}
 	res.acked = time.Since(began)
+	res.envelopes = dispatchEnvelopes(reg) - envsBefore
 	err = waitDone(ctx, sink, before+int64(r.o.dispatchN), 5*time.Minute)
 	res.succeeded = int(sink.n.Load() - before)
 	res.ran = time.Unix(0, sink.last.Load()).Sub(began)
+	res.acks, res.reports = received(reg, "KIND_ACK")-acksBefore, received(reg, "KIND_STATUS")-reportsBefore
 	res.perSecAcked = float64(r.o.dispatchN) / res.acked.Seconds()
 	res.perSecRunEnd = float64(res.succeeded) / res.ran.Seconds()
 	return res, err
@@ -221,6 +233,42 @@ func dispatchNode(ctx context.Context, h *hub.Hub, node string, n int, spec []by
 		}
 	}
 	return nil
+}
+
+// dispatchEnvelopes is how many Dispatch envelopes the hub has sent, from
+// its items-per-envelope histogram.
+func dispatchEnvelopes(reg *prometheus.Registry) int {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "drover_hub_dispatch_envelope_items" && len(mf.GetMetric()) > 0 {
+			return int(mf.GetMetric()[0].GetHistogram().GetSampleCount())
+		}
+	}
+	return 0
+}
+
+// received is how many agent envelopes of kind the hub has accepted.
+func received(reg *prometheus.Registry, kind string) int {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "drover_hub_messages_received_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func waitDone(ctx context.Context, s *doneSink, want int64, within time.Duration) error {

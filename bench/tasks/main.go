@@ -169,7 +169,9 @@ func (r *runner) run(ctx context.Context) error {
 			if res.dispatch, err = r.runDispatch(ctx, m); err != nil {
 				return fmt.Errorf("%s: dispatch messages: %w", m.name, err)
 			}
-			logf("%s: %.0f dispatch messages/s acked; %d noop items ended at %.0f/s", m.name, res.dispatch.perSecAcked, res.dispatch.succeeded, res.dispatch.perSecRunEnd)
+			d := res.dispatch
+			logf("%s: %.0f dispatch messages/s acked; %d noop items ended at %.0f/s; %d Dispatch, %d Ack and %d Status envelopes (%.2f per item)",
+				m.name, d.perSecAcked, d.succeeded, d.perSecRunEnd, d.envelopes, d.acks, d.reports, float64(d.envelopes+d.acks+d.reports)/float64(d.messages))
 		}
 		results = append(results, res)
 	}

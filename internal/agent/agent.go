@@ -210,6 +210,10 @@ type Agent struct {
 	overflow atomic.Bool   // schedule dropped a uid: work has Pending items not in the queue
 	resume   []store.Work  // Running items a Resumer takes over after a start
 
+	// linger is how the flusher waits for more reports while work is
+	// queued (tests set it); nil waits reportLinger.
+	linger func(context.Context) error
+
 	// connMu guards conn, closed while a stream is open.
 	connMu sync.Mutex
 	conn   chan struct{}

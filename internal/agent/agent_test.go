@@ -817,3 +817,191 @@ func TestAFullWorkQueueLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestHandleBatchedDispatches feeds Dispatch envelopes of several items
+// (Dispatch.more, item i at the envelope's revision + i) to handleBatch: the
+// new items are applied once each at their own revisions and the envelope
+// acked once, also when the hub publishes it again; a batch past a gap asks
+// for a full sync and applies nothing.
+func TestHandleBatchedDispatches(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAgent(t, nil)
+	hub := &fakeHub{}
+	tr := protocol.NewTracker(0)
+	items := func(uids ...string) []*agentv1.WorkItem {
+		var out []*agentv1.WorkItem
+		for _, uid := range uids {
+			out = append(out, &agentv1.WorkItem{Uid: uid, Type: "noop"})
+		}
+		return out
+	}
+	batch := protocol.NewDispatches("n1", 2, items("b", "c", "d"))
+	beforeGap, afterGap := protocol.NewDispatches("n1", 16, items("k", "l")), protocol.NewDispatches("n1", 20, items("m", "n"))
+	steps := []struct {
+		name      string
+		envs      []*agentv1.Envelope
+		acked     []string // ids, in one Ack (nil: no Ack)
+		fullSync  uint64   // the agent asks for a full sync from this revision (0: does not)
+		scheduled []string
+		hubRev    uint64
+	}{
+		{"a snapshot", []*agentv1.Envelope{protocol.NewSnapshot("n1", 1, items("a"))}, nil, 0, []string{"a"}, 1},
+		{"a batch applies every item", []*agentv1.Envelope{batch}, []string{batch.GetId()}, 0, []string{"b", "c", "d"}, 4},
+		{"the batch published again is acked, not applied", []*agentv1.Envelope{batch}, []string{batch.GetId()}, 0, nil, 4},
+		{"a batch that overlaps what the agent holds applies the new items", []*agentv1.Envelope{protocol.NewDispatches("n1", 3, items("c", "d", "e"))}, nil, 0, []string{"e"}, 5},
+		{"a batch past a gap is not applied nor acked", []*agentv1.Envelope{protocol.NewDispatches("n1", 7, items("x", "y"))}, []string{}, 5, nil, 5},
+		{"a snapshot past the gap", []*agentv1.Envelope{protocol.NewSnapshot("n1", 9, items("a", "b", "c", "d", "e", "x", "y"))}, nil, 0, []string{"a", "b", "c", "d", "e", "x", "y"}, 9},
+		{"batches, single dispatches and a cancel in one run", []*agentv1.Envelope{
+			protocol.NewDispatches("n1", 10, items("f", "g")),
+			protocol.NewDispatch("n1", 12, items("h")[0]),
+			protocol.NewCancel("n1", 13, "f"),
+			protocol.NewDispatches("n1", 14, items("i", "j")),
+		}, nil, 0, []string{"f", "g", "h", "i", "j"}, 15},
+		{"a gap between two batches of a run: the first is applied and acked, the second is not", []*agentv1.Envelope{beforeGap, afterGap},
+			[]string{beforeGap.GetId()}, 17, []string{"k", "l"}, 17},
+	}
+	for _, s := range steps {
+		if s.acked == nil && s.fullSync == 0 {
+			for _, e := range s.envs {
+				s.acked = append(s.acked, e.GetId())
+			}
+		}
+		if err := a.handleBatch(ctx, hub, tr, s.envs); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		var acked []string
+		var syncs []*agentv1.Envelope
+		for _, e := range hub.take() {
+			switch e.GetKind() {
+			case agentv1.Kind_KIND_ACK:
+				if acked != nil {
+					t.Fatalf("%s: more than one Ack", s.name)
+				}
+				acked = append([]string{e.GetAckOf()}, e.GetAck().GetMore()...)
+			case agentv1.Kind_KIND_FULL_SYNC_REQUEST:
+				syncs = append(syncs, e)
+			}
+		}
+		if !slices.Equal(acked, s.acked) {
+			t.Fatalf("%s: acked %v, want %v", s.name, acked, s.acked)
+		}
+		if s.fullSync == 0 && len(syncs) > 0 || s.fullSync > 0 && (len(syncs) != 1 || syncs[0].GetFullSyncRequest().GetHaveRevision() != s.fullSync) {
+			t.Fatalf("%s: full-sync requests %v, want one from %d (0: none)", s.name, syncs, s.fullSync)
+		}
+		var scheduled []string
+	drain:
+		for {
+			select {
+			case uid := <-a.work:
+				scheduled = append(scheduled, uid)
+			default:
+				break drain
+			}
+		}
+		if !slices.Equal(scheduled, s.scheduled) {
+			t.Fatalf("%s: scheduled %v, want %v", s.name, scheduled, s.scheduled)
+		}
+		if rev, err := a.db.HubRevision(ctx); err != nil || rev != s.hubRev {
+			t.Fatalf("%s: hub revision %d (%v), want %d", s.name, rev, err, s.hubRev)
+		}
+	}
+	for uid, want := range map[string]struct {
+		rev   uint64
+		phase string
+	}{"f": {10, PhaseCancelled}, "g": {11, PhasePending}, "h": {12, PhasePending}, "i": {14, PhasePending}, "j": {15, PhasePending}} {
+		w, ok, err := a.db.Work(ctx, uid)
+		if err != nil || !ok || w.Revision != want.rev || w.Phase != want.phase {
+			t.Errorf("work %s: %+v %v %v, want revision %d phase %s", uid, w, ok, err, want.rev, want.phase)
+		}
+	}
+	if _, ok, _ := a.db.Work(ctx, "x"); !ok {
+		t.Error("the snapshot's x is not in the DB")
+	}
+}
+
+// TestFlusherLingersOnlyWhileWorkIsQueued: while the work loop has items
+// queued, the outbox flusher waits (lingerForReports) after a wake-up, and
+// the reports queued meanwhile go in one Status; with nothing queued it
+// never waits.
+func TestFlusherLingersOnlyWhileWorkIsQueued(t *testing.T) {
+	for _, queued := range []bool{true, false} {
+		t.Run(fmt.Sprintf("queued=%v", queued), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			a := newTestAgent(t, nil)
+			if queued {
+				a.work <- "waiting"
+			}
+			lingering := make(chan struct{})
+			release := make(chan struct{})
+			lingered := 0
+			a.linger = func(ctx context.Context) error {
+				lingered++
+				select {
+				case lingering <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			report := func(uid string) {
+				t.Helper()
+				if _, err := a.report(ctx, "", "", "", func(rev uint64) *agentv1.Envelope {
+					return protocol.NewStatus("n1", rev, &agentv1.WorkStatus{Uid: uid, Phase: PhaseSucceeded})
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// a is in the outbox and has kicked the flusher before it starts:
+			// the first read sends it, then the kick wakes it.
+			report("a")
+			hub := &fakeHub{}
+			done := make(chan error, 1)
+			go func() { done <- a.flushOutbox(ctx, hub) }()
+			if queued {
+				select {
+				case <-lingering:
+				case <-time.After(testTimeout):
+					t.Fatal("the flusher did not linger with work queued")
+				}
+				report("b")
+				report("c")
+				close(release)
+			}
+			deadline := time.Now().Add(testTimeout)
+			for len(outbox(t, a)) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("outbox not flushed after %s", testTimeout)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range hub.take() {
+				var uids []string
+				for _, w := range append([]*agentv1.WorkStatus{e.GetStatus().GetWork()}, e.GetStatus().GetMore()...) {
+					uids = append(uids, w.GetUid())
+				}
+				got = append(got, strings.Join(uids, "+"))
+			}
+			want := []string{"a"}
+			if queued {
+				want = []string{"a", "b+c"}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("sent %v, want %v", got, want)
+			}
+			if queued != (lingered > 0) {
+				t.Errorf("lingered %d times with work queued=%v", lingered, queued)
+			}
+		})
+	}
+}

@@ -47,7 +47,10 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info()})
+	// Features name the protocol extensions this agent understands: the
+	// hub uses them only with agents that name them.
+	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info(),
+		Features: []string{protocol.FeatureDispatchBatch}})
 	if err != nil {
 		return classify(hub, err)
 	}
@@ -313,7 +316,28 @@ func (a *Agent) flushOutbox(ctx context.Context, client agentv1.AgentHubClient) 
 			return nil
 		case <-a.kick:
 		}
+		if len(a.work) > 0 || a.overflow.Load() {
+			// The work loop has items queued, so more reports follow
+			// within milliseconds: waiting a little sends them in one
+			// Status (over MQTT one publish and one answer) rather than
+			// one each. An agent with nothing queued reports at once.
+			if err := a.lingerForReports(ctx); err != nil {
+				return nil
+			}
+		}
 	}
+}
+
+// reportLinger is how long the outbox flusher waits for more reports while
+// the work loop has items queued: a few items' worth of running noop work,
+// small against what a queued item already waits.
+const reportLinger = 10 * time.Millisecond
+
+func (a *Agent) lingerForReports(ctx context.Context) error {
+	if a.linger != nil {
+		return a.linger(ctx)
+	}
+	return sleep(ctx, reportLinger)
 }
 
 // reportNodeState queues the agent's whole state at a new revision, which
@@ -379,8 +403,9 @@ func nodeStateWork(ws []store.Work, maxItems, maxBytes int) []*agentv1.WorkStatu
 }
 
 // handleBatch applies a run of hub->agent envelopes in stream order, then
-// acks the ones it handled in one Ack. A run of Dispatches is persisted in
-// one transaction; anything else ends the run first, so that it sees the
+// acks the ones it handled in one Ack. A run of Dispatches (each with one
+// item or several, at consecutive revisions) is persisted in one
+// transaction; anything else ends the run first, so that it sees the
 // dispatches before it.
 func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, tr *protocol.Tracker, envs []*agentv1.Envelope) error {
 	var (
@@ -414,8 +439,21 @@ func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, 
 			continue
 		}
 		if d := env.GetDispatch(); d != nil {
-			switch tr.Step(env.GetRevision()) {
-			case protocol.Gap:
+			// Item i is at the envelope's revision + i. Items the agent
+			// already holds are repeats (a re-sent envelope); a gap leaves
+			// the envelope unacked: the snapshot it asks for settles it.
+			gap := false
+			for i, it := range protocol.DispatchItems(d) {
+				rev := env.GetRevision() + uint64(i)
+				v := tr.Step(rev)
+				if v == protocol.Apply {
+					run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: rev})
+					continue
+				}
+				if v != protocol.Gap {
+					continue
+				}
+				gap = true
 				if !askedGap {
 					// Everything after a gap in this run is a gap too: one
 					// request brings the snapshot that settles them all.
@@ -423,18 +461,17 @@ func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, 
 					if err := applyRun(); err != nil {
 						return err
 					}
-					a.log.Info("revision gap; asking for a full sync", "have", tr.Last(), "got", env.GetRevision())
+					a.log.Info("revision gap; asking for a full sync", "have", tr.Last(), "got", rev)
 					if _, err := a.call(ctx, client, protocol.NewFullSyncRequest(a.opts.Node, tr.Last())); err != nil {
 						return err
 					}
 				}
-				continue
-			case protocol.Apply:
-				it := d.GetItem()
-				run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
+				break
 			}
-			// Stale and duplicate messages are acked too, so the hub stops re-sending them.
-			acks = append(acks, env.GetId())
+			if !gap {
+				// Stale and duplicate messages are acked too, so the hub stops re-sending them.
+				acks = append(acks, env.GetId())
+			}
 			continue
 		}
 		if err := applyRun(); err != nil {

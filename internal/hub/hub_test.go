@@ -338,6 +338,11 @@ func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
 	const node = "concurrent-node"
 	f.startAgent(f.agentOpts(node, h, r))
 	waitConnected(t, h, node)
+	// The real agent names the feature, so bursts like this one reach it
+	// in batched Dispatches.
+	if !h.session(t, node).batching {
+		t.Errorf("the agent's session does not batch dispatches: the agent did not name %q", protocol.FeatureDispatchBatch)
+	}
 	const dispatchers, each = 8, 10
 	var wg sync.WaitGroup
 	errs := make(chan error, dispatchers*each)
@@ -365,6 +370,13 @@ func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
 	waitNoPending(t, h, node)
 	if n := h.counter(t, "drover_hub_messages_received_total", "KIND_FULL_SYNC_REQUEST"); n != 0 {
 		t.Errorf("the agent asked for %v full syncs, want none", n)
+	}
+	for d := range dispatchers {
+		for i := range each {
+			if n := r.count(fmt.Sprintf("c-%d-%d", d, i)); n != 1 {
+				t.Errorf("c-%d-%d ran %d times, want 1", d, i, n)
+			}
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ type metrics struct {
 	registrations *prometheus.CounterVec
 	dispatched    prometheus.Counter
 	acked         prometheus.Counter
+	batchItems    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,9 +42,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		acked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "drover_hub_acked_envelopes_total", Help: "Hub->agent envelopes agents acknowledged, repeats included (one Ack may settle several).",
 		}),
+		batchItems: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "drover_hub_dispatch_envelope_items", Help: "Work items per Dispatch envelope sent (more than one only to agents that batch).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 to 256
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

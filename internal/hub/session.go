@@ -36,12 +36,20 @@ type session struct {
 	node string
 	out  chan *agentv1.Envelope
 	done chan struct{}
+	// batching is set when the agent named protocol.FeatureDispatchBatch:
+	// the stream then joins queued Dispatches into one envelope (gather).
+	batching bool
 
 	// mu guards everything below.
-	mu       sync.Mutex
-	reason   string
-	rev      uint64                       // last hub->agent revision sent
-	pending  map[string]*agentv1.Envelope // sent, not acked yet
+	mu      sync.Mutex
+	reason  string
+	rev     uint64                       // last hub->agent revision sent
+	pending map[string]*agentv1.Envelope // sent, not acked yet
+	// batches maps the id of a Dispatch that gather sent with more items
+	// (the id of the first envelope it joined) to the ids of the other
+	// envelopes it joined: the agent acks the sent envelope only, and that
+	// settles them all.
+	batches  map[string][]string
 	seen     map[string]struct{}
 	seenRing []string
 	agent    *protocol.Tracker // agent->hub report revisions
@@ -76,6 +84,7 @@ func newSession(node string, hubRev, agentRev uint64) *session {
 		done:    make(chan struct{}),
 		rev:     hubRev,
 		pending: map[string]*agentv1.Envelope{},
+		batches: map[string][]string{},
 		seen:    map[string]struct{}{},
 		agent:   protocol.NewTracker(agentRev),
 		// Counted as snapshotting from the start, so that what is queued
@@ -195,6 +204,10 @@ func (s *session) pushLocked(env *agentv1.Envelope) error {
 func (s *session) ack(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, joined := range s.batches[id] {
+		delete(s.pending, joined)
+	}
+	delete(s.batches, id)
 	env, ok := s.pending[id]
 	if !ok {
 		return
@@ -208,6 +221,64 @@ func (s *session) ack(id string) {
 			delete(s.pending, pid)
 		}
 	}
+	// A batch whose first envelope the snapshot settled was sent before
+	// it, and so were the others it joined.
+	for bid := range s.batches {
+		if _, ok := s.pending[bid]; !ok {
+			delete(s.batches, bid)
+		}
+	}
+}
+
+// gather joins first, a Dispatch taken from the stream's queue, and the
+// Dispatches queued right behind it at the revisions that follow into one
+// Dispatch envelope (item and more), within MaxDispatchBatch items and
+// MaxEnvelopeBytes. It returns the envelope to send and the one it took
+// from the queue but could not join (nil if none), which goes next. The
+// joined envelopes stay pending under their own ids until the agent acks
+// the one sent, which carries first's id. Only what is already queued is
+// joined: a lone Dispatch goes at once, as before.
+func (s *session) gather(first *agentv1.Envelope) (send, next *agentv1.Envelope) {
+	d := first.GetDispatch()
+	if d == nil || len(d.GetMore()) > 0 {
+		return first, nil
+	}
+	items := []*agentv1.WorkItem{d.GetItem()}
+	var joined []string
+	// Each envelope joined adds less than its own encoding (its item
+	// without the envelope's id, node and revision), so the sum bounds the
+	// batch's size.
+	size := proto.Size(first)
+take:
+	for len(items) < protocol.MaxDispatchBatch {
+		select {
+		case e := <-s.out:
+			ed := e.GetDispatch()
+			if ed == nil || len(ed.GetMore()) > 0 || e.GetRevision() != first.GetRevision()+uint64(len(items)) {
+				next = e
+				break take
+			}
+			n := proto.Size(e)
+			if size+n > protocol.MaxEnvelopeBytes {
+				next = e
+				break take
+			}
+			size += n
+			items = append(items, ed.GetItem())
+			joined = append(joined, e.GetId())
+		default:
+			break take
+		}
+	}
+	if len(joined) == 0 {
+		return first, next
+	}
+	send = protocol.NewDispatches(s.node, first.GetRevision(), items)
+	send.Id = first.GetId()
+	s.mu.Lock()
+	s.batches[send.GetId()] = joined
+	s.mu.Unlock()
+	return send, next
 }
 
 // firstSeen records id and reports whether it is new.
@@ -301,7 +372,11 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	if r, ok := h.opts.Work.(Readier); ok && !r.Ready() {
 		return status.Errorf(codes.Unavailable, "hub %s is starting: the work it dispatches is still loading; reconnect shortly", h.opts.Name)
 	}
+	if err := protocol.CheckFeatures(req.GetFeatures()); err != nil {
+		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+	}
 	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision())
+	s.batching = slices.Contains(req.GetFeatures(), protocol.FeatureDispatchBatch)
 	now := h.opts.Now()
 	h.mu.Lock()
 	old := h.sessions[node]
@@ -334,10 +409,29 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	if err := h.sendSnapshot(ctx, s, req.GetLastRevision()); err != nil {
 		return err
 	}
+	// next is an envelope gather took from the queue but could not join:
+	// it goes before anything else.
+	var next *agentv1.Envelope
+	forward := func(env *agentv1.Envelope) error {
+		if s.batching {
+			env, next = s.gather(env)
+		}
+		if d := env.GetDispatch(); d != nil {
+			h.metrics.batchItems.Observe(float64(1 + len(d.GetMore())))
+		}
+		return send(env)
+	}
 	for {
+		if env := next; env != nil {
+			next = nil
+			if err := forward(env); err != nil {
+				return err
+			}
+			continue
+		}
 		select {
 		case env := <-s.out:
-			if err := send(env); err != nil {
+			if err := forward(env); err != nil {
 				return err
 			}
 		case <-s.done:

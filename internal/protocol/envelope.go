@@ -99,6 +99,19 @@ func NewDispatch(node string, rev uint64, item *agentv1.WorkItem) *agentv1.Envel
 	return seal(&agentv1.Envelope{Node: node, Revision: rev, Payload: &agentv1.Envelope_Dispatch{Dispatch: &agentv1.Dispatch{Item: item}}})
 }
 
+// NewDispatches builds one Dispatch of items, which are at consecutive
+// revisions from rev (see Dispatch). Only agents that name
+// FeatureDispatchBatch may be sent more than one item.
+func NewDispatches(node string, rev uint64, items []*agentv1.WorkItem) *agentv1.Envelope {
+	return seal(&agentv1.Envelope{Node: node, Revision: rev, Payload: &agentv1.Envelope_Dispatch{Dispatch: &agentv1.Dispatch{Item: items[0], More: items[1:]}}})
+}
+
+// DispatchItems returns the work items of a Dispatch in revision order:
+// item, then more.
+func DispatchItems(d *agentv1.Dispatch) []*agentv1.WorkItem {
+	return append([]*agentv1.WorkItem{d.GetItem()}, d.GetMore()...)
+}
+
 // NewCancel builds the cancellation of work uid at revision rev.
 func NewCancel(node string, rev uint64, uid string) *agentv1.Envelope {
 	return seal(&agentv1.Envelope{Node: node, Revision: rev, Payload: &agentv1.Envelope_Cancel{Cancel: &agentv1.Cancel{Uid: uid}}})

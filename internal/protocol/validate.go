@@ -42,6 +42,20 @@ const (
 	// MaxAckIDs bounds the envelope ids one Ack settles (ack_of and more):
 	// as many as a hub queues for one stream.
 	MaxAckIDs = 256
+	// MaxDispatchBatch bounds the work items of one Dispatch (item and
+	// more).
+	MaxDispatchBatch = 256
+	// MaxFeatures bounds the features a GetMessageRequest names.
+	MaxFeatures = 64
+)
+
+// Features an agent names in GetMessageRequest.features: protocol extensions
+// a hub uses only with agents that name them, because an agent that does
+// not know one would ignore what it adds without a word.
+const (
+	// FeatureDispatchBatch: the agent applies every item of a Dispatch
+	// (Dispatch.more), so the hub may send a run of items in one envelope.
+	FeatureDispatchBatch = "dispatch-batch"
 )
 
 // Log streams a LogRequest may name.
@@ -155,6 +169,17 @@ func validate(e *agentv1.Envelope) string {
 		}
 		if r := checkWorkItem(p.Dispatch.GetItem()); r != "" {
 			return "dispatch.item " + r
+		}
+		if n := len(p.Dispatch.GetMore()); n >= MaxDispatchBatch {
+			return fmt.Sprintf("dispatch carries %d work items, more than %d", n+1, MaxDispatchBatch)
+		}
+		for i, it := range p.Dispatch.GetMore() {
+			if it == nil {
+				return fmt.Sprintf("dispatch.more[%d] is nil", i)
+			}
+			if r := checkWorkItem(it); r != "" {
+				return fmt.Sprintf("dispatch.more[%d] %s", i, r)
+			}
 		}
 	case *agentv1.Envelope_Cancel:
 		if p.Cancel == nil {
@@ -311,6 +336,21 @@ func checkNodeState(s *agentv1.NodeState) string {
 		seen[w.GetUid()] = i
 	}
 	return ""
+}
+
+// CheckFeatures validates the features a GetMessageRequest names: at most
+// MaxFeatures, each a short printable text. Unknown names are valid (a newer
+// agent may know more than this hub). Errors wrap ErrMalformed.
+func CheckFeatures(fs []string) error {
+	if len(fs) > MaxFeatures {
+		return fmt.Errorf("%d features, more than %d: %w", len(fs), MaxFeatures, ErrMalformed)
+	}
+	for i, f := range fs {
+		if r := checkID(f); r != "" {
+			return fmt.Errorf("features[%d] %s: %w", i, r, ErrMalformed)
+		}
+	}
+	return nil
 }
 
 // CheckNodeInfo validates the NodeInfo an agent reports, in a NodeState or in

@@ -25,6 +25,7 @@ func valid() map[string]*agentv1.Envelope {
 		}),
 		"empty snapshot": NewSnapshot("node-1", 1, nil),
 		"dispatch":       NewDispatch("node-1", 4, &agentv1.WorkItem{Uid: "u3", Type: "task", Spec: []byte(`{"cmd":"true"}`)}),
+		"dispatch batch": NewDispatches("node-1", 4, []*agentv1.WorkItem{{Uid: "u3", Type: "task"}, {Uid: "u4", Type: "noop"}, {Uid: "u5", Type: "noop", Spec: []byte(`{}`)}}),
 		"cancel":         NewCancel("node-1", 5, "u3"),
 		"status":         NewStatus("node-1", 2, &agentv1.WorkStatus{Uid: "u3", Phase: "Running", Reason: "Started", Message: "ok"}),
 		"node state": NewNodeState("edge-7.rack-2.example.com", 9,
@@ -120,6 +121,14 @@ func TestValidateRejects(t *testing.T) {
 				e.GetStatus().More[i] = &agentv1.WorkStatus{Uid: "u", Phase: "Running"}
 			}
 		}, "status carries 257 work statuses, more than 256"},
+		{"a dispatch batch with a bad item", "dispatch batch", func(e *agentv1.Envelope) { e.GetDispatch().More[1].Type = "Bad" }, `dispatch.more[1] uid "u5": type "Bad"`},
+		{"a dispatch batch with a nil item", "dispatch batch", func(e *agentv1.Envelope) { e.GetDispatch().More[0] = nil }, "dispatch.more[0] is nil"},
+		{"a dispatch batch of too many", "dispatch batch", func(e *agentv1.Envelope) {
+			e.GetDispatch().More = make([]*agentv1.WorkItem, MaxDispatchBatch)
+			for i := range e.GetDispatch().More {
+				e.GetDispatch().More[i] = &agentv1.WorkItem{Uid: fmt.Sprint("u", i), Type: "noop"}
+			}
+		}, "dispatch carries 257 work items, more than 256"},
 		{"an ack of too many", "ack", func(e *agentv1.Envelope) { e.GetAck().More = make([]string, MaxAckIDs) }, "ack settles 257 envelopes, more than 256"},
 		{"a snapshot without revision", "snapshot", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_SNAPSHOT needs a revision > 0"},
 		{"a dispatch without revision", "dispatch", func(e *agentv1.Envelope) { e.Revision = 0 }, "kind KIND_DISPATCH needs a revision > 0"},
@@ -240,5 +249,30 @@ func TestCheckNodeInfo(t *testing.T) {
 	}
 	if err := CheckNodeInfo(&agentv1.NodeInfo{Labels: map[string]string{"": "x"}}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("CheckNodeInfo(empty key) = %v, want ErrMalformed", err)
+	}
+}
+
+func TestCheckFeatures(t *testing.T) {
+	many := make([]string, MaxFeatures+1)
+	for i := range many {
+		many[i] = fmt.Sprint("f", i)
+	}
+	tests := []struct {
+		name     string
+		features []string
+		want     string // "" valid, else in the error
+	}{
+		{"none", nil, ""},
+		{"known and unknown names", []string{FeatureDispatchBatch, "from-a-newer-agent"}, ""},
+		{"as many as allowed", many[:MaxFeatures], ""},
+		{"too many", many, "65 features, more than 64"},
+		{"an empty name", []string{FeatureDispatchBatch, ""}, "features[1] is empty"},
+		{"a name with a space", []string{"a b"}, "features[0] has byte 0x20"},
+	}
+	for _, tc := range tests {
+		err := CheckFeatures(tc.features)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrMalformed)) {
+			t.Errorf("%s: CheckFeatures = %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package mqttbridge_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -222,6 +223,45 @@ func TestLostReportsAreSentAgain(t *testing.T) {
 			}
 			if c := runs.count(uid); c != 1 {
 				t.Errorf("%s ran %d times, want 1", uid, c)
+			}
+		})
+	}
+}
+
+// TestBurstsArriveOnceOverMQTT: a burst of dispatches to an agent whose
+// client loses the first envelopes it is sent (here likely batched
+// Dispatches: the agent names the feature) runs every item once and
+// reports it once: the bridge publishes the lost envelopes again as they
+// were sent, and the agent's revisions make the repeats harmless.
+func TestBurstsArriveOnceOverMQTT(t *testing.T) {
+	for _, kind := range brokers {
+		t.Run(kind, func(t *testing.T) {
+			s := startStack(t, kind, "mqtt-burst-"+kind)
+			node := kind + "-burst"
+			runs := &counter{}
+			// The first dropped is the connect snapshot; then dispatches.
+			s.startAgent(node, 3, map[string]agent.Runner{"count": runs})
+			s.waitOnline(node)
+			const n = 150
+			uid := func(i int) string { return fmt.Sprintf("w-burst-%03d", i) }
+			for i := range n {
+				s.dispatch(node, &agentv1.WorkItem{Uid: uid(i), Type: "count", Spec: []byte(`{}`)})
+			}
+			for i := range n {
+				s.sink.waitPhase(t, node, uid(i), agent.PhaseSucceeded)
+			}
+			s.waitSettled(node)
+			if r := s.bridge.Resent(); r < 2 {
+				t.Errorf("bridge published %d envelopes again, want at least the 2 dispatches the agent dropped", r)
+			}
+			time.Sleep(settle)
+			for i := range n {
+				if c := runs.count(uid(i)); c != 1 {
+					t.Errorf("%s ran %d times, want 1", uid(i), c)
+				}
+				if got := s.sink.statuses(node, uid(i)); len(got) != 1 {
+					t.Errorf("hub got %d statuses for %s, want 1: %v", len(got), uid(i), got)
+				}
 			}
 		})
 	}

@@ -662,6 +662,11 @@ type GetMessageRequest struct {
 	// agent_revision is the agent's own state revision (agent->hub reports).
 	AgentRevision uint64    `protobuf:"varint,2,opt,name=agent_revision,json=agentRevision,proto3" json:"agent_revision,omitempty"`
 	Info          *NodeInfo `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
+	// features names the protocol extensions this agent understands (see
+	// the Feature* constants in internal/protocol). A hub uses an extension
+	// only with agents that name it: an older agent would drop what it does
+	// not know without a word.
+	Features      []string `protobuf:"bytes,4,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -713,6 +718,13 @@ func (x *GetMessageRequest) GetAgentRevision() uint64 {
 func (x *GetMessageRequest) GetInfo() *NodeInfo {
 	if x != nil {
 		return x.Info
+	}
+	return nil
+}
+
+func (x *GetMessageRequest) GetFeatures() []string {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -1006,9 +1018,15 @@ func (x *Snapshot) GetItems() []*WorkItem {
 	return nil
 }
 
+// Dispatch delivers work at consecutive revisions: item at the envelope's
+// revision, more[i] at revision + 1 + i. A hub sends more only to agents
+// that advertised the "dispatch-batch" feature (at most MaxDispatchBatch
+// items in all); the agent applies the run in one transaction and acks the
+// envelope once.
 type Dispatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Item          *WorkItem              `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	More          []*WorkItem            `protobuf:"bytes,2,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1046,6 +1064,13 @@ func (*Dispatch) Descriptor() ([]byte, []int) {
 func (x *Dispatch) GetItem() *WorkItem {
 	if x != nil {
 		return x.Item
+	}
+	return nil
+}
+
+func (x *Dispatch) GetMore() []*WorkItem {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -1533,11 +1558,12 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rCapacityEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x01\n" +
 	"\x11GetMessageRequest\x12#\n" +
 	"\rlast_revision\x18\x01 \x01(\x04R\flastRevision\x12%\n" +
 	"\x0eagent_revision\x18\x02 \x01(\x04R\ragentRevision\x12-\n" +
-	"\x04info\x18\x03 \x01(\v2\x19.drover.agent.v1.NodeInfoR\x04info\"Z\n" +
+	"\x04info\x18\x03 \x01(\v2\x19.drover.agent.v1.NodeInfoR\x04info\x12\x1a\n" +
+	"\bfeatures\x18\x04 \x03(\tR\bfeatures\"Z\n" +
 	"\fSendResponse\x12\x1c\n" +
 	"\tduplicate\x18\x01 \x01(\bR\tduplicate\x12,\n" +
 	"\x12full_sync_required\x18\x02 \x01(\bR\x10fullSyncRequired\"\v\n" +
@@ -1551,9 +1577,10 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
 	"\x04spec\x18\x03 \x01(\fR\x04spec\";\n" +
 	"\bSnapshot\x12/\n" +
-	"\x05items\x18\x01 \x03(\v2\x19.drover.agent.v1.WorkItemR\x05items\"9\n" +
+	"\x05items\x18\x01 \x03(\v2\x19.drover.agent.v1.WorkItemR\x05items\"h\n" +
 	"\bDispatch\x12-\n" +
-	"\x04item\x18\x01 \x01(\v2\x19.drover.agent.v1.WorkItemR\x04item\"\x1a\n" +
+	"\x04item\x18\x01 \x01(\v2\x19.drover.agent.v1.WorkItemR\x04item\x12-\n" +
+	"\x04more\x18\x02 \x03(\v2\x19.drover.agent.v1.WorkItemR\x04more\"\x1a\n" +
 	"\x06Cancel\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\"f\n" +
 	"\n" +
@@ -1665,21 +1692,22 @@ var file_drover_agent_v1_agent_proto_depIdxs = []int32{
 	5,  // 16: drover.agent.v1.GetMessageRequest.info:type_name -> drover.agent.v1.NodeInfo
 	11, // 17: drover.agent.v1.Snapshot.items:type_name -> drover.agent.v1.WorkItem
 	11, // 18: drover.agent.v1.Dispatch.item:type_name -> drover.agent.v1.WorkItem
-	15, // 19: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
-	15, // 20: drover.agent.v1.Status.more:type_name -> drover.agent.v1.WorkStatus
-	5,  // 21: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
-	15, // 22: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
-	3,  // 23: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
-	2,  // 24: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
-	6,  // 25: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
-	4,  // 26: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
-	7,  // 27: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
-	2,  // 28: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
-	26, // [26:29] is the sub-list for method output_type
-	23, // [23:26] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 19: drover.agent.v1.Dispatch.more:type_name -> drover.agent.v1.WorkItem
+	15, // 20: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
+	15, // 21: drover.agent.v1.Status.more:type_name -> drover.agent.v1.WorkStatus
+	5,  // 22: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
+	15, // 23: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
+	3,  // 24: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
+	2,  // 25: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
+	6,  // 26: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
+	4,  // 27: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
+	7,  // 28: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
+	2,  // 29: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
+	27, // [27:30] is the sub-list for method output_type
+	24, // [24:27] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_drover_agent_v1_agent_proto_init() }
