@@ -65,13 +65,6 @@ type session struct {
 	// show them too. firstMark is the revision the stream started from.
 	first     bool
 	firstMark uint64
-
-	// written is what markOnline put in the FleetNode's status: a NodeState
-	// that reports the same needs no write (nor the read before it).
-	written struct {
-		info *agentv1.NodeInfo
-		rev  int64
-	}
 }
 
 // newSession starts a stream's bookkeeping. hubRev is the last hub->agent
@@ -398,7 +391,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		s.close("stream ended")
 	}()
 
-	h.markOnline(ctx, s, req, now)
+	h.markOnline(ctx, node, req, now)
 
 	if err := send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
 		HeartbeatSeconds: uint32(h.opts.HeartbeatInterval / time.Second),
@@ -447,9 +440,8 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 
 // markOnline claims the node for this hub. Moving from another hub while
 // Online is a hand-over, not a flap: the phase stays Online.
-func (h *Hub) markOnline(ctx context.Context, s *session, req *agentv1.GetMessageRequest, now time.Time) {
-	rev := int64(req.GetAgentRevision())
-	wrote := h.writeStatus(ctx, s.node, "connect", func(n *fleetv1.FleetNode) bool {
+func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessageRequest, now time.Time) {
+	h.writeStatus(ctx, node, "connect", func(n *fleetv1.FleetNode) bool {
 		reason, msg := fleetv1.ReasonConnected, "connected to hub "+h.opts.Name
 		if n.Status.Phase == fleetv1.FleetNodeOnline && n.Status.Hub != "" && n.Status.Hub != h.opts.Name {
 			reason, msg = fleetv1.ReasonMovedHub, fmt.Sprintf("moved from hub %s to hub %s", n.Status.Hub, h.opts.Name)
@@ -461,16 +453,8 @@ func (h *Hub) markOnline(ctx context.Context, s *session, req *agentv1.GetMessag
 		n.Status.LastHeartbeatTime = &t
 		n.Status.ObservedGeneration = n.Generation
 		applyInfo(n, req.GetInfo())
-		// The session starts from the revision the agent says the hub
-		// acknowledged, so that is the revision the hub holds now.
-		n.Status.AgentRevision = rev
 		return true
 	})
-	if wrote {
-		s.mu.Lock()
-		s.written.info, s.written.rev = req.GetInfo(), rev
-		s.mu.Unlock()
-	}
 }
 
 // sendSnapshot sends the node's whole desired state at a revision past what
@@ -649,12 +633,6 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 		}
 		h.opts.Status.NodeState(ctx, node, p.NodeState.GetWork())
 		rev := int64(env.GetRevision())
-		s.mu.Lock()
-		same := s.written.rev == rev && s.written.info != nil && proto.Equal(s.written.info, p.NodeState.GetInfo())
-		s.mu.Unlock()
-		if same {
-			return &agentv1.SendResponse{}, nil
-		}
 		h.writeStatus(ctx, node, "node-state", func(n *fleetv1.FleetNode) bool {
 			changed := applyInfo(n, p.NodeState.GetInfo())
 			if n.Status.AgentRevision != rev {
