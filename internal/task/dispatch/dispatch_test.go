@@ -50,6 +50,29 @@ func TestTaskRunsToCompletion(t *testing.T) {
 	if n := f.counter("drover_hub_task_status_writes_total"); n < 2 {
 		t.Errorf("status writes counter %v, want at least Running and Completed", n)
 	}
+	// Each write starts from what the last one returned, not from a cache
+	// that has not seen it yet.
+	if n := f.counter("drover_hub_task_write_conflicts_total"); n != 0 {
+		t.Errorf("write conflicts counter %v, want 0", n)
+	}
+}
+
+func TestNewer(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"12", "11", true},
+		{"11", "12", false},
+		{"12", "12", false},
+		{"100", "99", true}, // numbers, not strings
+		{"x", "1", false},   // opaque: not comparable, not newer
+		{"2", "", false},
+	} {
+		if got := newer(c.a, c.b); got != c.want {
+			t.Errorf("newer(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
 }
 
 func TestTaskFailsWithExitCode(t *testing.T) {
