@@ -23,10 +23,13 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -776,6 +779,12 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 		}
 		d.mu.Unlock()
 
+		if take.finalizer {
+			// Beside the status writes: the Running write must not wait
+			// for it, and does not conflict with it (see writeStatus).
+			go d.finalize(ctx, uid, take.node, take.attempt)
+			take.finalizer = false
+		}
 		if take.empty() {
 			select {
 			case <-ctx.Done():
@@ -785,7 +794,7 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 			continue
 		}
 		d.slots <- struct{}{}
-		err := d.write(ctx, uid, take)
+		err := d.writeStatus(ctx, uid, take)
 		<-d.slots
 		if err == nil {
 			continue
@@ -848,58 +857,135 @@ func (d *Dispatcher) remember(t *batchv1.Task) {
 	}
 }
 
-// write applies p to the task with uid, retrying conflicts: its status,
-// then, for a dispatched attempt, the finalizer.
-func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error {
+// writeStatus applies p to the status of the task with uid. The patch
+// tests the state, attempt and node it was made from instead of the
+// resource version: a write to the task's metadata in between (its
+// finalizer) does not make it fail. A failed test or any other error is
+// tried again on a fresh read, with the resource version.
+func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending) error {
 	t, err := d.current(ctx, uid)
 	if err != nil || t == nil {
 		return err
 	}
 	key := client.ObjectKeyFromObject(t)
-	// The status first: it is what users wait for. The finalizer follows
-	// on the object the status write returned; a task deleted in between
-	// is cancelled by forget, as one deleted before any write is.
-	if p.dispatched || len(p.reports) > 0 {
-		first := true
-		if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-			if !first {
-				d.m.conflicts.Inc()
-				t = &batchv1.Task{}
-				if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
-					return err
-				}
-				if t.UID != uid {
-					return nil
-				}
-			}
-			first = false
-			orig := t.DeepCopy()
-			hub := ""
-			if h := d.getHub(); h != nil {
-				hub = h.Name()
-			}
-			if !apply(&t.Status, p, hub, d.opts.Now()) {
-				return nil
-			}
-			if err := d.opts.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-				return err
-			}
+	hub := ""
+	if h := d.getHub(); h != nil {
+		hub = h.Name()
+	}
+	orig := t.DeepCopy()
+	if !apply(&t.Status, p, hub, d.opts.Now()) {
+		return nil
+	}
+	patch, err := statusPatch(&orig.Status, &t.Status)
+	if err == nil {
+		if err = d.opts.Client.Status().Patch(ctx, t, client.RawPatch(types.JSONPatchType, patch)); err == nil {
 			d.m.writes.Inc()
 			d.remember(t)
 			return nil
-		}); err != nil || t.UID != uid {
-			return client.IgnoreNotFound(err)
 		}
 	}
-	if !p.finalizer {
+	if apierrors.IsNotFound(err) || ctx.Err() != nil {
 		return nil
 	}
-	// Sent in a snapshot (WorkFor), which must not wait for the API, or
-	// by Dispatch: hold the task until its process is stopped.
+	d.m.conflicts.Inc()
+	return client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		t = &batchv1.Task{}
+		if err := d.opts.APIReader.Get(ctx, key, t); err != nil || t.UID != uid {
+			return err
+		}
+		orig := t.DeepCopy()
+		if !apply(&t.Status, p, hub, d.opts.Now()) {
+			return nil
+		}
+		if err := d.opts.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				d.m.conflicts.Inc()
+			}
+			return err
+		}
+		d.m.writes.Inc()
+		d.remember(t)
+		return nil
+	}))
+}
+
+// statusPatch is a JSON patch from status a to b that applies only while
+// the state, attempt and node are still a's: what apply decided from.
+func statusPatch(a, b *batchv1.TaskStatus) ([]byte, error) {
+	var am, bm map[string]json.RawMessage
+	for _, x := range []struct {
+		st  *batchv1.TaskStatus
+		out *map[string]json.RawMessage
+	}{{a, &am}, {b, &bm}} {
+		raw, err := json.Marshal(x.st)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, x.out); err != nil {
+			return nil, err
+		}
+	}
+	type op struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value,omitempty"`
+	}
+	null := json.RawMessage("null")
+	var ops []op
+	for _, k := range []string{"state", "attempt", "nodeName"} {
+		v, ok := am[k]
+		if !ok {
+			v = null // absent: a test of null passes only while it is absent
+		}
+		ops = append(ops, op{Op: "test", Path: "/status/" + k, Value: v})
+	}
+	keys := make([]string, 0, len(bm))
+	for k := range bm {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // one patch for one change
+	for _, k := range keys {
+		if !bytes.Equal(am[k], bm[k]) {
+			ops = append(ops, op{Op: "add", Path: "/status/" + k, Value: bm[k]})
+		}
+	}
+	for k := range am {
+		if _, ok := bm[k]; !ok {
+			ops = append(ops, op{Op: "remove", Path: "/status/" + k})
+		}
+	}
+	return json.Marshal(ops)
+}
+
+// finalize adds FinalizerCleanup to a task whose attempt was sent, so that
+// deleting it stops the process first. It tries again until it is written
+// or the attempt is over.
+func (d *Dispatcher) finalize(ctx context.Context, uid types.UID, node string, attempt int32) {
+	d.slots <- struct{}{}
+	err := d.addFinalizer(ctx, uid, node, attempt)
+	<-d.slots
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	d.log.Error("add the task's finalizer", "uid", uid, "node", node, "attempt", attempt, "err", err)
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+		d.enqueue(uid, node, attempt, func(p *pending) { p.finalizer = true })
+	}
+}
+
+func (d *Dispatcher) addFinalizer(ctx context.Context, uid types.UID, node string, attempt int32) error {
+	t, err := d.current(ctx, uid)
+	if err != nil || t == nil {
+		return err
+	}
+	key := client.ObjectKeyFromObject(t)
 	first := true
 	return client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		if !first {
 			d.m.conflicts.Inc()
+			t = &batchv1.Task{}
 			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
 				return err
 			}
@@ -908,7 +994,7 @@ func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error
 		if t.UID != uid || t.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
 			return nil
 		}
-		if t.Status.Attempt != p.attempt || t.Status.NodeName != p.node || !active(t) {
+		if t.Status.Attempt != attempt || t.Status.NodeName != node || !active(t) {
 			return nil // the attempt is over: nothing of it to stop
 		}
 		patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})

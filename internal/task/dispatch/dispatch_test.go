@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -287,4 +288,58 @@ func TestTaskTooLarge(t *testing.T) {
 		t.Errorf("reason %q, message %q", got.Status.Reason, got.Status.Message)
 	}
 	f.waitState(small, batchv1.TaskCompleted)
+}
+
+// A status patch applies over a change to the metadata made after the
+// status it was made from (the finalizer's write), and not over a change
+// to the state.
+func TestStatusPatchTestsWhatItWasMadeFrom(t *testing.T) {
+	f := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
+	task := &batchv1.Task{}
+	task.Namespace, task.Name = f.ns, "patched"
+	task.Spec.Command = []string{"true"}
+	if err := f.c.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	task.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, NodeName: "node-on-no-hub", Attempt: 1}
+	if err := f.c.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	scheduled := task.Status
+	running := scheduled
+	running.State, running.Reason, running.Message = batchv1.TaskRunning, ReasonStarted, "started as pid 1"
+
+	labelled := task.DeepCopy()
+	labelled.Labels = map[string]string{"touched": "yes"}
+	if err := f.c.Update(ctx, labelled); err != nil {
+		t.Fatal(err)
+	}
+	patch, err := statusPatch(&scheduled, &running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Status().Patch(ctx, task, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		t.Fatalf("patch over a metadata change: %v", err)
+	}
+	if task.Status.State != batchv1.TaskRunning || task.Status.Message != running.Message || task.Labels["touched"] != "yes" {
+		t.Errorf("after the patch: state %s, message %q, labels %v", task.Status.State, task.Status.Message, task.Labels)
+	}
+
+	failed := scheduled
+	failed.State, failed.Reason = batchv1.TaskFailed, "Stale"
+	if patch, err = statusPatch(&scheduled, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Status().Patch(ctx, task.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)); err == nil {
+		t.Error("a patch made from Scheduled applied to a Running task")
+	}
+	var got batchv1.Task
+	if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.State != batchv1.TaskRunning {
+		t.Errorf("state %s after a stale patch, want %s", got.Status.State, batchv1.TaskRunning)
+	}
 }
