@@ -134,8 +134,10 @@ type pending struct {
 	// FlushInterval has passed since then without a report.
 	dispatched bool
 	since      time.Time
-	// finalizer: the attempt was sent, so the task needs FinalizerCleanup.
-	// It is written at once, while the agent starts the process.
+	// finalizer: the attempt was sent, so the task needs FinalizerCleanup
+	// while it runs. It is written FlushInterval after the send, if the
+	// attempt has not ended by then: a short task needs none (deleted
+	// before, its attempt is cancelled by forget).
 	finalizer bool
 	reports   []report
 }
@@ -556,9 +558,10 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		d.cannotSend(&t, err)
 		return reconcile.Result{}, nil
 	}
-	// Sent first, the finalizer after (the task's writer adds it while
-	// the agent starts the process): a round trip to the apiserver less
-	// between Scheduled and the process starting. A Task deleted before its
+	// Sent first, the finalizer after (the task's writer adds it
+	// FlushInterval later if the attempt still runs): a round trip to the
+	// apiserver less between Scheduled and the process starting, and none
+	// at all for a short task. A Task deleted before its
 	// finalizer lands is cancelled by forget, and in any case the node's
 	// next snapshot no longer holds it.
 	if err := h.Dispatch(t.Status.NodeName, it); err != nil {
@@ -752,9 +755,10 @@ func (d *Dispatcher) runWriters(ctx context.Context) error {
 
 // writeTask writes what is queued for task uid until nothing is: an
 // agent's report at once (what arrives while a write is in flight goes
-// into the next one), the finalizer of a dispatched attempt at once, and a
-// dispatch alone after FlushInterval, since the agent's Running report
-// usually comes within it and one write then carries both.
+// into the next one); a dispatch alone after FlushInterval, since the
+// agent's Running report usually comes within it and one write then
+// carries both; and then the finalizer of an attempt still running, beside
+// the status writes.
 func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan struct{}) {
 	for {
 		d.mu.Lock()
@@ -765,15 +769,20 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 			return
 		}
 		// Take what is due.
-		take := &pending{node: p.node, attempt: p.attempt, finalizer: p.finalizer}
-		due := time.Duration(0)
-		if len(p.reports) > 0 || (p.dispatched && time.Since(p.since) >= d.opts.FlushInterval) {
+		take := &pending{node: p.node, attempt: p.attempt}
+		elapsed := time.Since(p.since)
+		ready := elapsed >= d.opts.FlushInterval
+		if len(p.reports) > 0 || (p.dispatched && ready) {
 			take.dispatched, take.since, take.reports = p.dispatched, p.since, p.reports
 			p.dispatched, p.reports = false, nil
-		} else if p.dispatched {
-			due = d.opts.FlushInterval - time.Since(p.since)
 		}
-		p.finalizer = false
+		if p.finalizer && ready {
+			take.finalizer, p.finalizer = true, false
+		}
+		due := time.Duration(0)
+		if (p.dispatched || p.finalizer) && !ready {
+			due = d.opts.FlushInterval - elapsed
+		}
 		if p.empty() {
 			delete(d.queue, uid)
 		}

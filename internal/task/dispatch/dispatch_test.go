@@ -11,7 +11,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	"github.com/drover-fleet/drover/internal/task/wire"
@@ -27,9 +26,7 @@ func TestTaskRunsToCompletion(t *testing.T) {
 	if running.Status.StartTime == nil {
 		t.Error("Running without a startTime")
 	}
-	if !controllerutil.ContainsFinalizer(running, FinalizerCleanup) {
-		t.Errorf("a dispatched task has finalizers %v, want %s", running.Finalizers, FinalizerCleanup)
-	}
+	f.waitFinalizer(task)
 	open()
 	done := f.waitState(task, batchv1.TaskCompleted)
 	st := done.Status
@@ -114,6 +111,7 @@ func TestDeletedTaskStopsItsProcess(t *testing.T) {
 	gate, _ := f.gate("never")
 	task := f.schedule("forever", "/bin/sh", "-c", waitFor(gate))
 	running := f.waitState(task, batchv1.TaskRunning)
+	f.waitFinalizer(task)
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
 	defer cancel()
 	if err := f.c.Delete(ctx, running); err != nil {
@@ -212,6 +210,7 @@ func TestDeletedTaskOnDisconnectedNode(t *testing.T) {
 	gate, _ := f.gate("never")
 	task := f.schedule("orphan", "/bin/sh", "-c", waitFor(gate))
 	running := f.waitState(task, batchv1.TaskRunning)
+	f.waitFinalizer(task)
 	f.stopAgent()
 	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
 		return !f.hub.Connected(f.node), nil
@@ -253,7 +252,8 @@ func TestTaskReachesNodeOnConnect(t *testing.T) {
 	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
 		return !f.hub.Connected(f.node), nil
 	})
-	task := f.schedule("later", "/bin/sh", "-c", "echo caught up")
+	gate, open := f.gate("go")
+	task := f.schedule("later", "/bin/sh", "-c", "echo caught up; "+waitFor(gate))
 	testenv.Never(t, testenv.ShortTimeout/5, "a task dispatched to a node that is away", func(context.Context) (bool, error) {
 		var got batchv1.Task
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
@@ -264,13 +264,29 @@ func TestTaskReachesNodeOnConnect(t *testing.T) {
 		return got.Status.State != batchv1.TaskScheduled || len(got.Finalizers) > 0, nil
 	})
 	f.startAgent()
+	f.waitState(task, batchv1.TaskRunning)
+	f.waitFinalizer(task)
+	open()
 	done := f.waitState(task, batchv1.TaskCompleted)
 	if !strings.Contains(done.Status.OutputTail, "caught up") {
 		t.Errorf("outputTail %q", done.Status.OutputTail)
 	}
-	if !controllerutil.ContainsFinalizer(done, FinalizerCleanup) {
-		t.Errorf("a task sent in a snapshot has finalizers %v, want %s", done.Finalizers, FinalizerCleanup)
-	}
+}
+
+// A task that ends at once needs no finalizer, and gets none.
+func TestShortTaskHasNoFinalizer(t *testing.T) {
+	f := start(t)
+	task := f.schedule("short", "true")
+	done := f.waitState(task, batchv1.TaskCompleted)
+	testenv.Never(t, testenv.ShortTimeout/5, "a finalizer on a task that ended", func(context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+		defer cancel()
+		var got batchv1.Task
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(done), &got); err != nil {
+			return false, err
+		}
+		return len(got.Finalizers) > 0, nil
+	})
 }
 
 // A task too large for a work item fails with the reason, and the node's
