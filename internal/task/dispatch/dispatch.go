@@ -768,26 +768,23 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 			d.mu.Unlock()
 			return
 		}
-		// Take what is due.
-		take := &pending{node: p.node, attempt: p.attempt}
-		elapsed := time.Since(p.since)
-		ready := elapsed >= d.opts.FlushInterval
-		if len(p.reports) > 0 || (p.dispatched && ready) {
-			take.dispatched, take.since, take.reports = p.dispatched, p.since, p.reports
-			p.dispatched, p.reports = false, nil
-		}
-		if p.finalizer && ready {
-			take.finalizer, p.finalizer = true, false
-		}
-		due := time.Duration(0)
-		if (p.dispatched || p.finalizer) && !ready {
-			due = d.opts.FlushInterval - elapsed
-		}
-		if p.empty() {
-			delete(d.queue, uid)
-		}
+		statusDue := len(p.reports) > 0 || (p.dispatched && time.Since(p.since) >= d.opts.FlushInterval)
 		d.mu.Unlock()
-
+		held := false
+		if statusDue {
+			// A slot first, then what is due: what arrives while all slots
+			// are busy goes into this task's next write, so that under load
+			// (a burst, the apiserver's pace) its reports share writes.
+			select {
+			case d.slots <- struct{}{}:
+				held = true
+			case <-ctx.Done():
+				continue
+			}
+		}
+		d.mu.Lock()
+		take, wait := d.takeDue(uid)
+		d.mu.Unlock()
 		if take.finalizer {
 			// Beside the status writes: the Running write must not wait
 			// for it, and does not conflict with it (see writeStatus).
@@ -795,14 +792,19 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 			take.finalizer = false
 		}
 		if take.empty() {
+			if held {
+				<-d.slots
+			}
 			select {
 			case <-ctx.Done():
 			case <-wake:
-			case <-time.After(due):
+			case <-time.After(wait):
 			}
 			continue
 		}
-		d.slots <- struct{}{}
+		if !held {
+			d.slots <- struct{}{} // a report came after the check
+		}
 		err := d.writeStatus(ctx, uid, take)
 		<-d.slots
 		if err == nil {
@@ -825,6 +827,32 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// takeDue takes from uid's queue what is due to be written now, and says
+// how long until the rest is. d.mu is held.
+func (d *Dispatcher) takeDue(uid types.UID) (take *pending, wait time.Duration) {
+	p := d.queue[uid]
+	if p == nil {
+		return &pending{}, 0
+	}
+	take = &pending{node: p.node, attempt: p.attempt}
+	elapsed := time.Since(p.since)
+	ready := elapsed >= d.opts.FlushInterval
+	if len(p.reports) > 0 || (p.dispatched && ready) {
+		take.dispatched, take.since, take.reports = p.dispatched, p.since, p.reports
+		p.dispatched, p.reports = false, nil
+	}
+	if p.finalizer && ready {
+		take.finalizer, p.finalizer = true, false
+	}
+	if (p.dispatched || p.finalizer) && !ready {
+		wait = d.opts.FlushInterval - elapsed
+	}
+	if p.empty() {
+		delete(d.queue, uid)
+	}
+	return take, wait
 }
 
 // current is the newest copy of task uid this hub knows: the cache's, or
