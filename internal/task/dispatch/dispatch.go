@@ -16,10 +16,13 @@
 // a reschedule) and the old attempt is out of the node's work list, so its
 // agent cancels it at the latest on its next snapshot.
 //
-// A dispatched Task carries the finalizer FinalizerCleanup, so deleting it
-// stops its process first: the hub cancels the attempt and removes the
-// finalizer when the agent confirms, when the node is on no hub, or after
-// CleanupTimeout. Every wait ends.
+// A dispatched Task whose attempt still runs FlushInterval after the send
+// carries the finalizer FinalizerCleanup, so deleting it stops its process
+// first: the hub cancels the attempt and removes the finalizer when the
+// agent confirms, when the node is on no hub, or after CleanupTimeout.
+// Every wait ends. (A task deleted before its finalizer is written has its
+// attempt cancelled by the hub that sent it, or by the node's next
+// snapshot, which no longer lists it.)
 package dispatch
 
 import (
@@ -91,10 +94,12 @@ type Options struct {
 	// APIReader reads afresh after a write conflict, and FleetNodes.
 	APIReader client.Reader
 	// FlushInterval is how long a dispatched task waits for its agent's
-	// first report before it is written Dispatching on its own. Default
-	// 100ms: an agent that starts the task at once reports Running within
-	// it, and one write then says so (a Dispatching write in flight would
-	// hold the Running one back). Reports are written at once.
+	// first report before it is written Dispatching on its own, and how
+	// long after the send an attempt still running gets its finalizer.
+	// Default 100ms: an agent that starts the task at once reports Running
+	// within it, and one write then says so (a Dispatching write in flight
+	// would hold the Running one back), and a short task needs no
+	// finalizer. Reports are written at once.
 	FlushInterval time.Duration
 	// CleanupTimeout bounds how long a deleted Task waits for its agent to
 	// confirm the process stopped. Default 2m.
