@@ -16,17 +16,24 @@
 // a reschedule) and the old attempt is out of the node's work list, so its
 // agent cancels it at the latest on its next snapshot.
 //
-// A dispatched Task carries the finalizer FinalizerCleanup, so deleting it
-// stops its process first: the hub cancels the attempt and removes the
-// finalizer when the agent confirms, when the node is on no hub, or after
-// CleanupTimeout. Every wait ends.
+// A dispatched Task whose attempt still runs FlushInterval after the send
+// carries the finalizer FinalizerCleanup, so deleting it stops its process
+// first: the hub cancels the attempt and removes the finalizer when the
+// agent confirms, when the node is on no hub, or after CleanupTimeout.
+// Every wait ends. (A task deleted before its finalizer is written has its
+// attempt cancelled by the hub that sent it, or by the node's next
+// snapshot, which no longer lists it.)
 package dispatch
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,8 +93,13 @@ type Options struct {
 	Client client.Client
 	// APIReader reads afresh after a write conflict, and FleetNodes.
 	APIReader client.Reader
-	// FlushInterval is how long reports are gathered before writing.
-	// Default 20ms: a report waits little, and a burst is one write per task.
+	// FlushInterval is how long a dispatched task waits for its agent's
+	// first report before it is written Dispatching on its own, and how
+	// long after the send an attempt still running gets its finalizer.
+	// Default 100ms: an agent that starts the task at once reports Running
+	// within it, and one write then says so (a Dispatching write in flight
+	// would hold the Running one back), and a short task needs no
+	// finalizer. Reports are written at once.
 	FlushInterval time.Duration
 	// CleanupTimeout bounds how long a deleted Task waits for its agent to
 	// confirm the process stopped. Default 2m.
@@ -121,10 +133,39 @@ type report struct {
 
 // pending is what waits to be written into one Task.
 type pending struct {
-	node       string
-	attempt    int32
+	node    string
+	attempt int32
+	// dispatched: the attempt was sent; it is written Dispatching once
+	// FlushInterval has passed since then without a report.
 	dispatched bool
-	reports    []report
+	since      time.Time
+	// finalizer: the attempt was sent, so the task needs FinalizerCleanup
+	// while it runs. It is written FlushInterval after the send, if the
+	// attempt has not ended by then: a short task needs none (deleted
+	// before, its attempt is cancelled by forget).
+	finalizer bool
+	reports   []report
+}
+
+// merge adds what q holds to p, both of one attempt; q's reports are the
+// later ones.
+func (p *pending) merge(q *pending) {
+	if q.dispatched && (!p.dispatched || q.since.Before(p.since)) {
+		p.since = q.since
+	}
+	p.dispatched = p.dispatched || q.dispatched
+	p.finalizer = p.finalizer || q.finalizer
+	p.reports = append(p.reports, q.reports...)
+}
+
+func (p *pending) empty() bool { return !p.dispatched && !p.finalizer && len(p.reports) == 0 }
+
+// written is the Task as this hub's last write to it returned it, kept a
+// short while: the cache lags behind it, and a write from the cache's copy
+// would meet a conflict and need another read.
+type written struct {
+	task *batchv1.Task
+	at   time.Time
 }
 
 // Dispatcher implements hub.WorkSource and hub.StatusSink for tasks.
@@ -134,16 +175,22 @@ type Dispatcher struct {
 	hub  atomic.Pointer[Hub]
 
 	synced atomic.Bool
-	kick   chan struct{}
-	// urgent wakes the writer at once: an agent's report is what a user
-	// waits to see, while a dispatch alone may wait for it to follow.
-	urgent chan struct{}
+	// slots bounds the task writes in flight at once.
+	slots chan struct{}
 
 	mu sync.Mutex
+	// run is the writer's context, nil until it starts (what is queued
+	// before waits for it).
+	run context.Context
 	// sent: task uid → the attempt this hub dispatched last.
 	sent map[types.UID]sent
 	// queue: task uid → what to write.
 	queue map[types.UID]*pending
+	// writers: task uid → the wake-up of the goroutine writing its queue.
+	// Each task has its own, so a report waits for no other task's write.
+	writers map[types.UID]chan struct{}
+	// latest: task uid → what this hub's last write to it returned.
+	latest map[types.UID]written
 	// cancelled: task uid → when its cancel was sent (deleted tasks).
 	cancelled map[types.UID]time.Time
 	// ended: task uid → the work id whose end the agent reported.
@@ -163,7 +210,7 @@ type metrics struct {
 // New returns a dispatcher; call SetHub before the hub serves agents.
 func New(opts Options) *Dispatcher {
 	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = 20 * time.Millisecond
+		opts.FlushInterval = 100 * time.Millisecond
 	}
 	if opts.CleanupTimeout <= 0 {
 		opts.CleanupTimeout = 2 * time.Minute
@@ -182,10 +229,11 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{
 		opts: opts, log: opts.Logger,
-		kick:      make(chan struct{}, 1),
-		urgent:    make(chan struct{}, 1),
+		slots:     make(chan struct{}, writeParallelism),
 		sent:      map[types.UID]sent{},
 		queue:     map[types.UID]*pending{},
+		writers:   map[types.UID]chan struct{}{},
+		latest:    map[types.UID]written{},
 		cancelled: map[types.UID]time.Time{},
 		ended:     map[types.UID]string{},
 		requeue:   make(chan types.NamespacedName, 1024),
@@ -268,7 +316,7 @@ func (w *writer) Start(ctx context.Context) error {
 	}
 	w.d.synced.Store(true)
 	w.d.log.Info("task dispatcher ready")
-	return w.d.writeLoop(ctx)
+	return w.d.runWriters(ctx)
 }
 
 // MaxSpecBytes bounds a task's work item. The API allows more (256
@@ -351,7 +399,7 @@ func (d *Dispatcher) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkI
 		out = append(out, it)
 		d.recordSent(t, node, it.GetUid())
 		if t.Status.State == batchv1.TaskScheduled {
-			d.enqueue(t.UID, node, t.Status.Attempt, func(p *pending) { p.dispatched = true })
+			d.enqueue(t.UID, node, t.Status.Attempt, d.markDispatched)
 		}
 	}
 	d.m.dispatched.Add(float64(len(out)))
@@ -412,35 +460,52 @@ func (d *Dispatcher) report(node string, st *agentv1.WorkStatus, full bool) {
 		}
 	}
 	d.enqueue(tuid, node, attempt, func(p *pending) { p.reports = append(p.reports, rp) })
-	select {
-	case d.urgent <- struct{}{}:
-	default:
-	}
 }
 
 func final(phase string) bool {
 	return phase == wire.PhaseSucceeded || phase == wire.PhaseFailed || phase == wire.PhaseCancelled
 }
 
-// enqueue records a write for the task's attempt and wakes the writer.
-// Writes for an older attempt than one already queued are dropped.
+// markDispatched records in p that its attempt was sent now.
+func (d *Dispatcher) markDispatched(p *pending) {
+	if !p.dispatched {
+		p.dispatched, p.since = true, time.Now()
+	}
+	p.finalizer = true
+}
+
+// enqueue records a write for the task's attempt and wakes the task's
+// writer. Writes for an older attempt than one already queued are dropped.
 func (d *Dispatcher) enqueue(uid types.UID, node string, attempt int32, add func(*pending)) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	p := d.queue[uid]
 	switch {
 	case p == nil || p.attempt < attempt:
 		p = &pending{node: node, attempt: attempt}
 		d.queue[uid] = p
 	case p.attempt > attempt:
-		d.mu.Unlock()
 		return
 	}
 	add(p)
-	d.mu.Unlock()
-	select {
-	case d.kick <- struct{}{}:
-	default:
+	d.wakeLocked(uid)
+}
+
+// wakeLocked wakes uid's writer, starting one if there is none. d.mu is held.
+func (d *Dispatcher) wakeLocked(uid types.UID) {
+	if d.run == nil {
+		return // runWriters starts it
 	}
+	if wake, ok := d.writers[uid]; ok {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	wake := make(chan struct{}, 1)
+	d.writers[uid] = wake
+	go d.writeTask(d.run, uid, wake)
 }
 
 // Reconcile implements reconcile.Reconciler for Tasks: it dispatches a
@@ -498,9 +563,10 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		d.cannotSend(&t, err)
 		return reconcile.Result{}, nil
 	}
-	// Sent first, the finalizer after (the writer adds it with the
-	// Dispatching write): a round trip to the apiserver less between
-	// Scheduled and the process starting. A Task deleted before its
+	// Sent first, the finalizer after (the task's writer adds it
+	// FlushInterval later if the attempt still runs): a round trip to the
+	// apiserver less between Scheduled and the process starting, and none
+	// at all for a short task. A Task deleted before its
 	// finalizer lands is cancelled by forget, and in any case the node's
 	// next snapshot no longer holds it.
 	if err := h.Dispatch(t.Status.NodeName, it); err != nil {
@@ -510,7 +576,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	d.m.dispatched.Inc()
 	d.recordSent(&t, t.Status.NodeName, it.GetUid())
-	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) { p.dispatched = true })
+	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, d.markDispatched)
 	return reconcile.Result{}, nil
 }
 
@@ -542,6 +608,7 @@ func (d *Dispatcher) forget(key types.NamespacedName) {
 			delete(d.cancelled, uid)
 			delete(d.ended, uid)
 			delete(d.queue, uid)
+			delete(d.latest, uid)
 		}
 	}
 	d.mu.Unlock()
@@ -647,81 +714,31 @@ func (d *Dispatcher) event(t *batchv1.Task, typ, reason, action, note string, ar
 	}
 }
 
-// flushParallelism bounds the status writes of one flush in flight at once.
-const flushParallelism = 16
+// writeParallelism bounds the task writes in flight at once. Tasks are
+// independent objects: a burst of short tasks is written side by side, not
+// one at a time behind the apiserver's latency.
+const writeParallelism = 16
 
-// writeLoop writes queued reports: one status patch per task per flush.
-// An agent's report is written at once (what arrives while a flush is in
-// flight goes into the next one); a dispatch alone waits FlushInterval,
-// since the agent's Running report usually comes within it and one write
-// then carries both.
-func (d *Dispatcher) writeLoop(ctx context.Context) error {
+// latestTTL is how long a write's result is preferred to an older cache
+// copy; the cache catches up well within it.
+const latestTTL = 10 * time.Second
+
+// runWriters starts the writers of what was queued before the cache
+// loaded, then serves deleted tasks waiting for their end and forgets old
+// write results, until ctx ends.
+func (d *Dispatcher) runWriters(ctx context.Context) error {
+	d.mu.Lock()
+	d.run = ctx
+	for uid := range d.queue {
+		d.wakeLocked(uid)
+	}
+	d.mu.Unlock()
+	sweep := time.NewTicker(latestTTL)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-d.urgent:
-		case <-d.kick:
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(d.opts.FlushInterval):
-			case <-d.urgent:
-			}
-		}
-		d.flush(ctx)
-	}
-}
-
-func (d *Dispatcher) flush(ctx context.Context) {
-	d.mu.Lock()
-	batch := d.queue
-	d.queue = map[types.UID]*pending{}
-	d.mu.Unlock()
-	// Tasks are independent objects: write them side by side. One at a
-	// time, a burst of short tasks queued behind the apiserver's latency.
-	var (
-		failed atomic.Int32
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, flushParallelism)
-	)
-	for uid, p := range batch {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := d.write(ctx, uid, p); err != nil {
-				failed.Add(1)
-				d.log.Error("write task status", "uid", uid, "node", p.node, "attempt", p.attempt, "err", err)
-				// Keep it for the next flush, unless newer ones came.
-				d.mu.Lock()
-				if q := d.queue[uid]; q == nil {
-					d.queue[uid] = p
-				} else if q.attempt == p.attempt {
-					q.dispatched = q.dispatched || p.dispatched
-					q.reports = append(p.reports, q.reports...)
-				}
-				d.mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		// Try again after a pause, not at once.
-		go func() {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-				select {
-				case d.kick <- struct{}{}:
-				default:
-				}
-			}
-		}()
-	}
-	// Deleted tasks waiting for their end.
-	for {
-		select {
 		case key := <-d.requeue:
 			var t batchv1.Task
 			if err := d.opts.APIReader.Get(ctx, key, &t); err == nil && t.DeletionTimestamp != nil {
@@ -729,64 +746,288 @@ func (d *Dispatcher) flush(ctx context.Context) {
 					d.log.Warn("clean up deleted task", "task", key, "err", err)
 				}
 			}
-		default:
-			return
+		case now := <-sweep.C:
+			d.mu.Lock()
+			for uid, w := range d.latest {
+				if now.Sub(w.at) > latestTTL {
+					delete(d.latest, uid)
+				}
+			}
+			d.mu.Unlock()
 		}
 	}
 }
 
-// write applies p to the task with uid, retrying conflicts.
-func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error {
+// writeTask writes what is queued for task uid until nothing is: an
+// agent's report at once (what arrives while a write is in flight goes
+// into the next one); a dispatch alone after FlushInterval, since the
+// agent's Running report usually comes within it and one write then
+// carries both; and then the finalizer of an attempt still running, beside
+// the status writes.
+func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan struct{}) {
+	for {
+		d.mu.Lock()
+		p := d.queue[uid]
+		if p == nil || ctx.Err() != nil {
+			delete(d.writers, uid)
+			d.mu.Unlock()
+			return
+		}
+		statusDue := len(p.reports) > 0 || (p.dispatched && time.Since(p.since) >= d.opts.FlushInterval)
+		d.mu.Unlock()
+		held := false
+		if statusDue {
+			// A slot first, then what is due: what arrives while all slots
+			// are busy goes into this task's next write, so that under load
+			// (a burst, the apiserver's pace) its reports share writes.
+			select {
+			case d.slots <- struct{}{}:
+				held = true
+			case <-ctx.Done():
+				continue
+			}
+		}
+		d.mu.Lock()
+		take, wait := d.takeDue(uid)
+		d.mu.Unlock()
+		if take.finalizer {
+			// Beside the status writes: the Running write must not wait
+			// for it, and does not conflict with it (see writeStatus).
+			go d.finalize(ctx, uid, take.node, take.attempt)
+			take.finalizer = false
+		}
+		if take.empty() {
+			if held {
+				<-d.slots
+			}
+			select {
+			case <-ctx.Done():
+			case <-wake:
+			case <-time.After(wait):
+			}
+			continue
+		}
+		if !held {
+			d.slots <- struct{}{} // a report came after the check
+		}
+		err := d.writeStatus(ctx, uid, take)
+		<-d.slots
+		if err == nil {
+			continue
+		}
+		d.log.Error("write task status", "uid", uid, "node", take.node, "attempt", take.attempt, "err", err)
+		// Keep it for the next try, unless a newer attempt came.
+		d.mu.Lock()
+		switch q := d.queue[uid]; {
+		case q == nil:
+			d.queue[uid] = take
+		case q.attempt == take.attempt:
+			take.merge(q)
+			d.queue[uid] = take
+		}
+		d.mu.Unlock()
+		// Try again after a pause, not at once.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// takeDue takes from uid's queue what is due to be written now, and says
+// how long until the rest is. d.mu is held.
+func (d *Dispatcher) takeDue(uid types.UID) (take *pending, wait time.Duration) {
+	p := d.queue[uid]
+	if p == nil {
+		return &pending{}, 0
+	}
+	take = &pending{node: p.node, attempt: p.attempt}
+	elapsed := time.Since(p.since)
+	ready := elapsed >= d.opts.FlushInterval
+	if len(p.reports) > 0 || (p.dispatched && ready) {
+		take.dispatched, take.since, take.reports = p.dispatched, p.since, p.reports
+		p.dispatched, p.reports = false, nil
+	}
+	if p.finalizer && ready {
+		take.finalizer, p.finalizer = true, false
+	}
+	if (p.dispatched || p.finalizer) && !ready {
+		wait = d.opts.FlushInterval - elapsed
+	}
+	if p.empty() {
+		delete(d.queue, uid)
+	}
+	return take, wait
+}
+
+// current is the newest copy of task uid this hub knows: the cache's, or
+// its own last write's while the cache has not caught up with it. It is
+// nil when the cache does not hold the task.
+func (d *Dispatcher) current(ctx context.Context, uid types.UID) (*batchv1.Task, error) {
 	var l batchv1.TaskList
 	if err := d.opts.Client.List(ctx, &l, client.MatchingFields{IndexUID: string(uid)}); err != nil {
-		return err
+		return nil, err
 	}
 	if len(l.Items) == 0 {
-		return nil // gone, or not in the cache yet (it was just created: the agent cannot report on it yet)
+		return nil, nil // gone, or not in the cache yet (it was just created: the agent cannot report on it yet)
 	}
-	key := client.ObjectKeyFromObject(&l.Items[0])
-	t := l.Items[0].DeepCopy()
-	// The status first: it is what users wait for. The finalizer follows
-	// on the object the status write returned; a task deleted in between
-	// is cancelled by forget, as one deleted before any write is.
-	first := true
-	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		if !first {
-			d.m.conflicts.Inc()
-			t = &batchv1.Task{}
-			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
-				return err
-			}
-			if t.UID != uid {
-				return nil
-			}
+	t := &l.Items[0]
+	d.mu.Lock()
+	w, ok := d.latest[uid]
+	d.mu.Unlock()
+	if ok && newer(w.task.ResourceVersion, t.ResourceVersion) {
+		return w.task.DeepCopy(), nil
+	}
+	return t.DeepCopy(), nil
+}
+
+// newer reports whether resource version a is after b. Versions are
+// opaque to clients; etcd's are numbers, and anything else is not newer
+// (the cache's copy is used, and a conflict reads afresh).
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
+}
+
+// remember keeps what a write to t returned.
+func (d *Dispatcher) remember(t *batchv1.Task) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.sent[t.UID]; ok || d.queue[t.UID] != nil || d.writers[t.UID] != nil {
+		d.latest[t.UID] = written{task: t.DeepCopy(), at: time.Now()}
+	}
+}
+
+// writeStatus applies p to the status of the task with uid. The patch
+// tests the state, attempt and node it was made from instead of the
+// resource version: a write to the task's metadata in between (its
+// finalizer) does not make it fail. A failed test or any other error is
+// tried again on a fresh read, with the resource version.
+func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending) error {
+	t, err := d.current(ctx, uid)
+	if err != nil || t == nil {
+		return err
+	}
+	key := client.ObjectKeyFromObject(t)
+	hub := ""
+	if h := d.getHub(); h != nil {
+		hub = h.Name()
+	}
+	orig := t.DeepCopy()
+	if !apply(&t.Status, p, hub, d.opts.Now()) {
+		return nil
+	}
+	patch, err := statusPatch(&orig.Status, &t.Status)
+	if err == nil {
+		if err = d.opts.Client.Status().Patch(ctx, t, client.RawPatch(types.JSONPatchType, patch)); err == nil {
+			d.m.writes.Inc()
+			d.remember(t)
+			return nil
 		}
-		first = false
+	}
+	if apierrors.IsNotFound(err) || ctx.Err() != nil {
+		return nil
+	}
+	d.m.conflicts.Inc()
+	return client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		t = &batchv1.Task{}
+		if err := d.opts.APIReader.Get(ctx, key, t); err != nil || t.UID != uid {
+			return err
+		}
 		orig := t.DeepCopy()
-		hub := ""
-		if h := d.getHub(); h != nil {
-			hub = h.Name()
-		}
 		if !apply(&t.Status, p, hub, d.opts.Now()) {
 			return nil
 		}
 		if err := d.opts.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				d.m.conflicts.Inc()
+			}
 			return err
 		}
 		d.m.writes.Inc()
+		d.remember(t)
 		return nil
-	}); err != nil || t.UID != uid {
-		return client.IgnoreNotFound(err)
+	}))
+}
+
+// statusPatch is a JSON patch from status a to b that applies only while
+// the state, attempt and node are still a's: what apply decided from.
+func statusPatch(a, b *batchv1.TaskStatus) ([]byte, error) {
+	var am, bm map[string]json.RawMessage
+	for _, x := range []struct {
+		st  *batchv1.TaskStatus
+		out *map[string]json.RawMessage
+	}{{a, &am}, {b, &bm}} {
+		raw, err := json.Marshal(x.st)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, x.out); err != nil {
+			return nil, err
+		}
 	}
-	if !p.dispatched {
-		return nil
+	type op struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value,omitempty"`
 	}
-	// Sent in a snapshot (WorkFor), which must not wait for the API, or
-	// by Dispatch: hold the task until its process is stopped.
-	first = true
+	null := json.RawMessage("null")
+	var ops []op
+	for _, k := range []string{"state", "attempt", "nodeName"} {
+		v, ok := am[k]
+		if !ok {
+			v = null // absent: a test of null passes only while it is absent
+		}
+		ops = append(ops, op{Op: "test", Path: "/status/" + k, Value: v})
+	}
+	keys := make([]string, 0, len(bm))
+	for k := range bm {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // one patch for one change
+	for _, k := range keys {
+		if !bytes.Equal(am[k], bm[k]) {
+			ops = append(ops, op{Op: "add", Path: "/status/" + k, Value: bm[k]})
+		}
+	}
+	for k := range am {
+		if _, ok := bm[k]; !ok {
+			ops = append(ops, op{Op: "remove", Path: "/status/" + k})
+		}
+	}
+	return json.Marshal(ops)
+}
+
+// finalize adds FinalizerCleanup to a task whose attempt was sent, so that
+// deleting it stops the process first. It tries again until it is written
+// or the attempt is over.
+func (d *Dispatcher) finalize(ctx context.Context, uid types.UID, node string, attempt int32) {
+	d.slots <- struct{}{}
+	err := d.addFinalizer(ctx, uid, node, attempt)
+	<-d.slots
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	d.log.Error("add the task's finalizer", "uid", uid, "node", node, "attempt", attempt, "err", err)
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+		d.enqueue(uid, node, attempt, func(p *pending) { p.finalizer = true })
+	}
+}
+
+func (d *Dispatcher) addFinalizer(ctx context.Context, uid types.UID, node string, attempt int32) error {
+	t, err := d.current(ctx, uid)
+	if err != nil || t == nil {
+		return err
+	}
+	key := client.ObjectKeyFromObject(t)
+	first := true
 	return client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		if !first {
 			d.m.conflicts.Inc()
+			t = &batchv1.Task{}
 			if err := d.opts.APIReader.Get(ctx, key, t); err != nil {
 				return err
 			}
@@ -795,9 +1036,16 @@ func (d *Dispatcher) write(ctx context.Context, uid types.UID, p *pending) error
 		if t.UID != uid || t.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(t, FinalizerCleanup) {
 			return nil
 		}
+		if t.Status.Attempt != attempt || t.Status.NodeName != node || !active(t) {
+			return nil // the attempt is over: nothing of it to stop
+		}
 		patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(t, FinalizerCleanup)
-		return d.opts.Client.Patch(ctx, t, patch)
+		if err := d.opts.Client.Patch(ctx, t, patch); err != nil {
+			return err
+		}
+		d.remember(t)
+		return nil
 	}))
 }
 

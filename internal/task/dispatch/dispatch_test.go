@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	"github.com/drover-fleet/drover/internal/task/wire"
@@ -26,9 +26,7 @@ func TestTaskRunsToCompletion(t *testing.T) {
 	if running.Status.StartTime == nil {
 		t.Error("Running without a startTime")
 	}
-	if !controllerutil.ContainsFinalizer(running, FinalizerCleanup) {
-		t.Errorf("a dispatched task has finalizers %v, want %s", running.Finalizers, FinalizerCleanup)
-	}
+	f.waitFinalizer(task)
 	open()
 	done := f.waitState(task, batchv1.TaskCompleted)
 	st := done.Status
@@ -49,6 +47,29 @@ func TestTaskRunsToCompletion(t *testing.T) {
 	}
 	if n := f.counter("drover_hub_task_status_writes_total"); n < 2 {
 		t.Errorf("status writes counter %v, want at least Running and Completed", n)
+	}
+	// Each write starts from what the last one returned, not from a cache
+	// that has not seen it yet.
+	if n := f.counter("drover_hub_task_write_conflicts_total"); n != 0 {
+		t.Errorf("write conflicts counter %v, want 0", n)
+	}
+}
+
+func TestNewer(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"12", "11", true},
+		{"11", "12", false},
+		{"12", "12", false},
+		{"100", "99", true}, // numbers, not strings
+		{"x", "1", false},   // opaque: not comparable, not newer
+		{"2", "", false},
+	} {
+		if got := newer(c.a, c.b); got != c.want {
+			t.Errorf("newer(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }
 
@@ -90,6 +111,7 @@ func TestDeletedTaskStopsItsProcess(t *testing.T) {
 	gate, _ := f.gate("never")
 	task := f.schedule("forever", "/bin/sh", "-c", waitFor(gate))
 	running := f.waitState(task, batchv1.TaskRunning)
+	f.waitFinalizer(task)
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
 	defer cancel()
 	if err := f.c.Delete(ctx, running); err != nil {
@@ -188,6 +210,7 @@ func TestDeletedTaskOnDisconnectedNode(t *testing.T) {
 	gate, _ := f.gate("never")
 	task := f.schedule("orphan", "/bin/sh", "-c", waitFor(gate))
 	running := f.waitState(task, batchv1.TaskRunning)
+	f.waitFinalizer(task)
 	f.stopAgent()
 	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
 		return !f.hub.Connected(f.node), nil
@@ -229,7 +252,8 @@ func TestTaskReachesNodeOnConnect(t *testing.T) {
 	testenv.Eventually(t, waitTimeout, "the node left the hub", func(context.Context) (bool, error) {
 		return !f.hub.Connected(f.node), nil
 	})
-	task := f.schedule("later", "/bin/sh", "-c", "echo caught up")
+	gate, open := f.gate("go")
+	task := f.schedule("later", "/bin/sh", "-c", "echo caught up; "+waitFor(gate))
 	testenv.Never(t, testenv.ShortTimeout/5, "a task dispatched to a node that is away", func(context.Context) (bool, error) {
 		var got batchv1.Task
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
@@ -240,13 +264,29 @@ func TestTaskReachesNodeOnConnect(t *testing.T) {
 		return got.Status.State != batchv1.TaskScheduled || len(got.Finalizers) > 0, nil
 	})
 	f.startAgent()
+	f.waitState(task, batchv1.TaskRunning)
+	f.waitFinalizer(task)
+	open()
 	done := f.waitState(task, batchv1.TaskCompleted)
 	if !strings.Contains(done.Status.OutputTail, "caught up") {
 		t.Errorf("outputTail %q", done.Status.OutputTail)
 	}
-	if !controllerutil.ContainsFinalizer(done, FinalizerCleanup) {
-		t.Errorf("a task sent in a snapshot has finalizers %v, want %s", done.Finalizers, FinalizerCleanup)
-	}
+}
+
+// A task that ends at once needs no finalizer, and gets none.
+func TestShortTaskHasNoFinalizer(t *testing.T) {
+	f := start(t)
+	task := f.schedule("short", "true")
+	done := f.waitState(task, batchv1.TaskCompleted)
+	testenv.Never(t, testenv.ShortTimeout/5, "a finalizer on a task that ended", func(context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+		defer cancel()
+		var got batchv1.Task
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(done), &got); err != nil {
+			return false, err
+		}
+		return len(got.Finalizers) > 0, nil
+	})
 }
 
 // A task too large for a work item fails with the reason, and the node's
@@ -264,4 +304,58 @@ func TestTaskTooLarge(t *testing.T) {
 		t.Errorf("reason %q, message %q", got.Status.Reason, got.Status.Message)
 	}
 	f.waitState(small, batchv1.TaskCompleted)
+}
+
+// A status patch applies over a change to the metadata made after the
+// status it was made from (the finalizer's write), and not over a change
+// to the state.
+func TestStatusPatchTestsWhatItWasMadeFrom(t *testing.T) {
+	f := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
+	task := &batchv1.Task{}
+	task.Namespace, task.Name = f.ns, "patched"
+	task.Spec.Command = []string{"true"}
+	if err := f.c.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	task.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, NodeName: "node-on-no-hub", Attempt: 1}
+	if err := f.c.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	scheduled := task.Status
+	running := scheduled
+	running.State, running.Reason, running.Message = batchv1.TaskRunning, ReasonStarted, "started as pid 1"
+
+	labelled := task.DeepCopy()
+	labelled.Labels = map[string]string{"touched": "yes"}
+	if err := f.c.Update(ctx, labelled); err != nil {
+		t.Fatal(err)
+	}
+	patch, err := statusPatch(&scheduled, &running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Status().Patch(ctx, task, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		t.Fatalf("patch over a metadata change: %v", err)
+	}
+	if task.Status.State != batchv1.TaskRunning || task.Status.Message != running.Message || task.Labels["touched"] != "yes" {
+		t.Errorf("after the patch: state %s, message %q, labels %v", task.Status.State, task.Status.Message, task.Labels)
+	}
+
+	failed := scheduled
+	failed.State, failed.Reason = batchv1.TaskFailed, "Stale"
+	if patch, err = statusPatch(&scheduled, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Status().Patch(ctx, task.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)); err == nil {
+		t.Error("a patch made from Scheduled applied to a Running task")
+	}
+	var got batchv1.Task
+	if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.State != batchv1.TaskRunning {
+		t.Errorf("state %s after a stale patch, want %s", got.Status.State, batchv1.TaskRunning)
+	}
 }

@@ -30,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -292,6 +293,21 @@ func (f *fixture) waitState(t *batchv1.Task, state batchv1.TaskState) *batchv1.T
 		return true, nil
 	})
 	return &got
+}
+
+// waitFinalizer waits until the task holds FinalizerCleanup.
+func (f *fixture) waitFinalizer(t *batchv1.Task) {
+	f.t.Helper()
+	testenv.Eventually(f.t, waitTimeout, fmt.Sprintf("task %s holds %s", t.Name, FinalizerCleanup), func(ctx context.Context) (bool, error) {
+		var got batchv1.Task
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(t), &got); err != nil {
+			return false, err
+		}
+		if !controllerutil.ContainsFinalizer(&got, FinalizerCleanup) {
+			return false, fmt.Errorf("finalizers %v", got.Finalizers)
+		}
+		return true, nil
+	})
 }
 
 func (f *fixture) waitGone(t *batchv1.Task) {
