@@ -380,6 +380,41 @@ func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
 	}
 }
 
+// TestBurstLongerThanTheQueue: a burst of three queues' worth of
+// Dispatches to one node keeps its stream (what does not fit goes in a
+// resync snapshot): every item runs once, with no reconnect.
+func TestBurstLongerThanTheQueue(t *testing.T) {
+	f := newFixture(t, "hub-burst")
+	snk := &sink{}
+	ws := &works{}
+	h := f.startHub(Options{Name: "hub-burst", Work: ws, Status: snk})
+	r := newRunner()
+	const node = "burst-node"
+	f.startAgent(f.agentOpts(node, h, r))
+	waitConnected(t, h, node)
+	const n = 3 * sendQueue
+	for i := range n {
+		it := item(fmt.Sprintf("b-%d", i), "test", "")
+		ws.add(node, it)
+		if err := h.Dispatch(node, it); err != nil {
+			t.Fatalf("dispatch %d: %v", i, err)
+		}
+	}
+	for i := range n {
+		snk.waitStatus(t, node, fmt.Sprintf("b-%d", i), agent.PhaseSucceeded)
+	}
+	waitNoPending(t, h, node)
+	for i := range n {
+		if c := r.count(fmt.Sprintf("b-%d", i)); c != 1 {
+			t.Errorf("b-%d ran %d times, want 1", i, c)
+		}
+	}
+	if c := h.counter(t, "drover_hub_api_writes_total", "connect"); c != 1 {
+		t.Errorf("the node connected %v times, want once (no reconnect)", c)
+	}
+	t.Logf("resync snapshots: %v", h.counter(t, "drover_hub_queue_resyncs_total"))
+}
+
 func (w *works) remove(node, uid string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -14,6 +14,7 @@ type metrics struct {
 	dispatched    prometheus.Counter
 	acked         prometheus.Counter
 	batchItems    prometheus.Histogram
+	resyncs       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,9 +47,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "drover_hub_dispatch_envelope_items", Help: "Work items per Dispatch envelope sent (more than one only to agents that batch).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 to 256
 		}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_queue_resyncs_total", Help: "Snapshots sent because a node's send queue had filled: what did not fit went out in them.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

@@ -24,8 +24,9 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
 
-// sendQueue bounds the envelopes waiting for one agent's stream. A node that
-// falls this far behind is disconnected; it gets a full snapshot on reconnect.
+// sendQueue bounds the envelopes waiting for one agent's stream. When it is
+// full, Dispatches and Cancels are no longer queued: the stream sends a
+// snapshot, which carries them, once the queue has drained (see resync).
 const sendQueue = 256
 
 // seenIDs bounds the per-session memory of envelope ids used to spot re-sends.
@@ -65,6 +66,11 @@ type session struct {
 	// show them too. firstMark is the revision the stream started from.
 	first     bool
 	firstMark uint64
+	// resync is set while the queue was full: what was not queued since
+	// revision resyncMark (kept in recent) goes out in the next snapshot,
+	// which the stream sends once its queue is empty.
+	resync     bool
+	resyncMark uint64
 }
 
 // newSession starts a stream's bookkeeping. hubRev is the last hub->agent
@@ -124,10 +130,21 @@ func (s *session) next(floor uint64, build func(rev uint64) *agentv1.Envelope) (
 		return nil, fmt.Errorf("%s is %d bytes, more than the protocol's %d: %w", env.GetKind(), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
 	}
 	s.rev = rev
+	snapshot := env.GetKind() == agentv1.Kind_KIND_SNAPSHOT
+	if !snapshot && !s.resync && len(s.out) == cap(s.out) && s.reason == "" {
+		// Counted as snapshotting until the resync snapshot is built, so
+		// that recent keeps what it must carry.
+		s.resync, s.resyncMark = true, rev-1
+		s.snapshotting++
+	}
+	if !snapshot && s.resync {
+		s.recent = append(s.recent, env)
+		return env, nil
+	}
 	if err := s.pushLocked(env); err != nil {
 		return nil, err
 	}
-	if s.snapshotting > 0 && env.GetKind() != agentv1.Kind_KIND_SNAPSHOT {
+	if s.snapshotting > 0 && !snapshot {
 		s.recent = append(s.recent, env)
 	}
 	return env, nil
@@ -186,9 +203,18 @@ func (s *session) pushLocked(env *agentv1.Envelope) error {
 		s.pending[env.GetId()] = env
 		return nil
 	default:
+		// Only a snapshot meets a full queue (the rest wait for resync).
 		s.closeLocked("send queue full")
 		return errors.New("send queue full; the agent will resync on reconnect")
 	}
+}
+
+// needsResync reports whether the queue was full and has drained since: the
+// stream sends a snapshot before anything else.
+func (s *session) needsResync() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resync && len(s.out) == 0
 }
 
 // ack forgets the acked envelope id. An acked snapshot also settles every
@@ -422,6 +448,13 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 			}
 			continue
 		}
+		if s.needsResync() {
+			h.metrics.resyncs.Inc()
+			if err := h.sendSnapshot(ctx, s, 0); err != nil {
+				return err
+			}
+			continue
+		}
 		select {
 		case env := <-s.out:
 			if err := forward(env); err != nil {
@@ -471,6 +504,11 @@ func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) err
 		s.first, mark = false, s.firstMark
 	} else {
 		s.snapshotting++
+	}
+	if s.resync {
+		// This snapshot carries what the full queue did not take.
+		s.resync, mark = false, min(mark, s.resyncMark)
+		s.snapshotting--
 	}
 	s.mu.Unlock()
 	defer func() {

@@ -268,3 +268,67 @@ func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 		t.Fatalf("snapshotting %d, %d recent envelopes kept after the snapshot", s.snapshotting, len(s.recent))
 	}
 }
+
+// TestFullQueueResyncsWithASnapshot: a burst longer than the send queue
+// does not close the stream. What did not fit is not queued; once the queue
+// has drained the stream sends a snapshot that carries it, Cancels applied.
+func TestFullQueueResyncsWithASnapshot(t *testing.T) {
+	const node = "n1"
+	h, s := bareHub(node)
+	if err := h.sendSnapshot(t.Context(), s, 0); err != nil { // the session's first
+		t.Fatal(err)
+	}
+	<-s.out
+	for i := range sendQueue {
+		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: fmt.Sprintf("fit-%d", i), Type: "noop"}); err != nil {
+			t.Fatalf("dispatch %d: %v", i, err)
+		}
+	}
+	for i := range 5 {
+		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: fmt.Sprintf("over-%d", i), Type: "noop"}); err != nil {
+			t.Fatalf("dispatch over-%d to a full queue: %v", i, err)
+		}
+	}
+	if err := h.Cancel(node, "over-1"); err != nil {
+		t.Fatal(err)
+	}
+	if s.reason != "" {
+		t.Fatalf("session closed: %s", s.reason)
+	}
+	if n := len(s.out); n != sendQueue {
+		t.Fatalf("queue holds %d, want %d", n, sendQueue)
+	}
+	if s.needsResync() {
+		t.Fatal("resync due before the queue drained")
+	}
+	for range sendQueue {
+		<-s.out
+	}
+	if !s.needsResync() {
+		t.Fatal("no resync due after the queue drained")
+	}
+	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
+		t.Fatal(err)
+	}
+	snap := <-s.out
+	var uids []string
+	for _, it := range snap.GetSnapshot().GetItems() {
+		uids = append(uids, it.GetUid())
+	}
+	if want := []string{"over-0", "over-2", "over-3", "over-4"}; !slices.Equal(uids, want) {
+		t.Errorf("resync snapshot holds %v, want %v", uids, want)
+	}
+	if snap.GetRevision() != uint64(1+sendQueue+6+1) {
+		t.Errorf("resync snapshot at revision %d, want %d (after every revision taken)", snap.GetRevision(), 1+sendQueue+6+1)
+	}
+	if s.needsResync() {
+		t.Error("resync still due after its snapshot")
+	}
+	// The queue takes envelopes again.
+	if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "after", Type: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	if env := <-s.out; env.GetDispatch().GetItem().GetUid() != "after" {
+		t.Errorf("next envelope %v, want the Dispatch of after", env)
+	}
+}
