@@ -262,7 +262,9 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		Spec: batchv1.FleetJobSpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kind": "rbac"}},
 			TaskGroups: []batchv1.TaskGroupTemplate{{Name: "g", Count: 1, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{
-				Command: []string{"sh", "-c", "echo ran as the drover service accounts"}}}}},
+				// Running past the hub's finalizer delay, so that deleting it
+				// below makes the hub let it go (and record an Event).
+				Command: []string{"sh", "-c", "echo ran as the drover service accounts; sleep 1"}}}}},
 		},
 	}
 	if err := env.Client.Create(ctx, job); err != nil {
