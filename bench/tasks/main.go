@@ -177,13 +177,25 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	mach, _ := benchproc.Machine()
 	fmt.Printf("\n### bench/tasks, %s, %s\n\n", time.Now().UTC().Format("2006-01-02"), mach)
-	fmt.Println("| transport | agents | idle p50 / p99 create → started (goal p99 < 100 ms) | burst tasks | failed | burst tasks/s (create → Completed) | burst p50 / p99 create → started | raw transport msgs/s | tasks/s ÷ raw |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	if r.o.tasks > 0 || r.o.latencyTasks > 0 {
+		fmt.Println("| transport | agents | idle p50 / p99 create → started (goal p99 < 100 ms) | burst tasks | failed | burst tasks/s (create → Completed) | burst p50 / p99 create → started | raw transport msgs/s | tasks/s ÷ raw |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	}
 	for _, x := range results {
-		fmt.Printf("| %s | %d | %s / %s | %d | %d | %.1f | %s / %s | %.0f (%s) | %.4f |\n", x.transport, x.agents,
-			x.idle50.Round(time.Millisecond), x.idle99.Round(time.Millisecond), x.tasks, x.failed,
-			float64(x.tasks)/x.wall.Seconds(), x.p50.Round(time.Millisecond), x.p99.Round(time.Millisecond),
-			x.rawPerSec, x.rawWhat, x.dispatchPerSec/x.rawPerSec)
+		idle, burst := "—", "— | — | — | — |"
+		if r.o.latencyTasks > 0 {
+			idle = fmt.Sprintf("%s / %s", x.idle50.Round(time.Millisecond), x.idle99.Round(time.Millisecond))
+		}
+		if r.o.tasks > 0 {
+			burst = fmt.Sprintf("%d | %d | %.1f | %s / %s |", x.tasks, x.failed, float64(x.tasks)/x.wall.Seconds(),
+				x.p50.Round(time.Millisecond), x.p99.Round(time.Millisecond))
+		}
+		switch {
+		case r.o.tasks > 0:
+			fmt.Printf("| %s | %d | %s | %s %.0f (%s) | %.4f |\n", x.transport, x.agents, idle, burst, x.rawPerSec, x.rawWhat, x.dispatchPerSec/x.rawPerSec)
+		case r.o.latencyTasks > 0:
+			fmt.Printf("| %s | %d | %s | %s %.0f (%s) | — |\n", x.transport, x.agents, idle, burst, x.rawPerSec, x.rawWhat)
+		}
 	}
 	if r.o.dispatchN > 0 {
 		fmt.Println()
