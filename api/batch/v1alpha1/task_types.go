@@ -144,10 +144,18 @@ type TaskSpec struct {
 	// +optional
 	Resources corev1.ResourceList `json:"resources,omitempty"`
 	// timeout of one attempt; then SIGTERM to its process group, and
-	// SIGKILL after killTimeout. Unset: no limit.
+	// SIGKILL after killTimeout. Unset: no limit. A Go duration ("90s",
+	// "1h30m"), at least 1s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="timeout must be a duration such as 90s or 1h30m (units ns, us, ms, s, m, h), at least 1s"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
-	// killTimeout is the grace between SIGTERM and SIGKILL. Default 10s.
+	// killTimeout is the grace between SIGTERM and SIGKILL. Default 10s;
+	// from 0s to 1h.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="killTimeout must be a duration such as 10s (units ns, us, ms, s, m, h), from 0s to 1h"
 	// +optional
 	KillTimeout *metav1.Duration `json:"killTimeout,omitempty"`
 	// nodeSelector chooses eligible nodes by their labels (the seed's
@@ -181,6 +189,9 @@ type TaskSpec struct {
 	MaxAttempts int32 `json:"maxAttempts,omitempty"`
 	// backoff before the first restart; it doubles for each later one, up
 	// to 5 minutes. Default 10s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="backoff must be a duration such as 10s or 1m (units ns, us, ms, s, m, h), not negative"
 	// +optional
 	Backoff *metav1.Duration `json:"backoff,omitempty"`
 }

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
@@ -141,5 +144,55 @@ func TestFleetJobValidation(t *testing.T) {
 	none.Spec.TaskGroups = nil
 	if err := env.Client.Create(ctx, none); err == nil {
 		t.Error("a job without groups was accepted")
+	}
+}
+
+// TestDurationValidation sends durations as a user's YAML would, as
+// strings: one Go cannot parse must be refused by the API, or it would
+// break every client's list and watch of Tasks.
+func TestDurationValidation(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		field, value string
+		wantErr      string
+	}{
+		{"timeout", "90s", ""},
+		{"timeout", "1h30m", ""},
+		{"timeout", "1d", "timeout must be a duration"},
+		{"timeout", "5min", "timeout must be a duration"},
+		{"timeout", "30", "timeout must be a duration"},
+		{"timeout", "-5s", "at least 1s"},
+		{"timeout", "200ms", "at least 1s"},
+		{"killTimeout", "0s", ""},
+		{"killTimeout", "2h", "from 0s to 1h"},
+		{"killTimeout", "ten", "killTimeout must be a duration"},
+		{"backoff", "1m", ""},
+		{"backoff", "-1s", "not negative"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.field+"="+tt.value, func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": batchv1.GroupVersion.String(), "kind": "Task",
+				"metadata": map[string]any{"name": fmt.Sprintf("dur-%d", i), "namespace": "default"},
+				"spec":     map[string]any{"command": []any{"true"}, tt.field: tt.value},
+			}}
+			err := env.Client.Create(ctx, u)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				got := &batchv1.Task{}
+				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+					t.Fatalf("a Task the API accepted does not decode: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("%s %q accepted, want an error mentioning %q", tt.field, tt.value, tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q does not mention %q", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -344,7 +344,9 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 		s.Artifacts = append(s.Artifacts, wire.Artifact{URL: a.URL, SHA256: a.SHA256, Path: a.Path, Executable: a.Executable})
 	}
 	if t.Spec.Timeout != nil {
-		s.TimeoutSeconds = int64(t.Spec.Timeout.Duration.Round(time.Second) / time.Second)
+		// Up, not to the nearest: a timeout under half a second must not
+		// become 0, which means none.
+		s.TimeoutSeconds = int64((t.Spec.Timeout.Duration + time.Second - 1) / time.Second)
 	}
 	if t.Spec.KillTimeout != nil {
 		s.KillTimeoutSeconds = int64(t.Spec.KillTimeout.Duration.Round(time.Second) / time.Second)
