@@ -925,6 +925,7 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 		if err = d.opts.Client.Status().Patch(ctx, t, client.RawPatch(types.JSONPatchType, patch)); err == nil {
 			d.m.writes.Inc()
 			d.remember(t)
+			d.failedEvent(orig, t)
 			return nil
 		}
 	}
@@ -949,8 +950,38 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 		}
 		d.m.writes.Inc()
 		d.remember(t)
+		d.failedEvent(orig, t)
 		return nil
 	}))
+}
+
+// failedEvent records a Warning Event on a task whose attempt this write
+// ended Failed, so that `kubectl describe task` says why even when no
+// restart follows (the manager records restarts and the final give-up).
+// Completions get none: they are the common case, and each Event is one
+// more apiserver write.
+func (d *Dispatcher) failedEvent(before, after *batchv1.Task) {
+	if before.Status.State == batchv1.TaskFailed || after.Status.State != batchv1.TaskFailed {
+		return
+	}
+	st := &after.Status
+	note := fmt.Sprintf("attempt %d on node %s failed: %s", st.Attempt, st.NodeName, st.Reason)
+	if st.ExitCode != nil {
+		note += fmt.Sprintf(", exit code %d", *st.ExitCode)
+	}
+	if st.Message != "" {
+		note += " (" + clipNote(st.Message) + ")"
+	}
+	d.event(after, corev1.EventTypeWarning, "Failed", "Run", "%s", note)
+}
+
+// clipNote keeps an Event's note short: the full message is in the status.
+func clipNote(s string) string {
+	const max = 256
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
 }
 
 // statusPatch is a JSON patch from status a to b that applies only while

@@ -87,6 +87,22 @@ func TestTaskFailsWithExitCode(t *testing.T) {
 	if !strings.Contains(st.OutputTail, "oops") || !strings.Contains(st.Message, "3") {
 		t.Errorf("outputTail %q, message %q", st.OutputTail, st.Message)
 	}
+	// `kubectl describe task` says so too, restart or not.
+	testenv.Eventually(t, waitTimeout, "a Warning Event says the attempt failed", func(ctx context.Context) (bool, error) {
+		var l eventsv1.EventList
+		if err := f.c.List(ctx, &l, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == task.Name && e.Reason == "Failed" {
+				if e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, "exit code 3") || !strings.Contains(e.Note, "attempt 1 on node "+f.node) {
+					return false, fmt.Errorf("event %s note %q", e.Type, e.Note)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // One item runs at a time on this agent: a second task waits on the node,
