@@ -75,7 +75,8 @@ type FleetJobStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Tasks",type=integer,JSONPath=`.status.counts.total`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pending`
-// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.counts.active`,description="scheduled, dispatching or running"
+// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`,priority=1
 // +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.counts.completed`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -43,7 +43,13 @@ type TaskCounts struct {
 	Completed int32 `json:"completed"`
 	// +optional
 	Failed int32 `json:"failed"`
+	// active is scheduled + dispatching + running: the tasks a node holds.
+	// +optional
+	Active int32 `json:"active"`
 }
+
+// Final reports whether p is an end phase (Completed or Failed).
+func (p GroupPhase) Final() bool { return p == GroupCompleted || p == GroupFailed }
 
 // TaskTemplate is the metadata and spec of the tasks a group creates.
 type TaskTemplate struct {
@@ -84,7 +90,8 @@ type TaskGroupStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Count",type=integer,JSONPath=`.spec.count`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pending`
-// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.counts.active`,description="scheduled, dispatching or running"
+// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`,priority=1
 // +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.counts.completed`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -529,7 +529,7 @@ func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 		t.Errorf("metrics: %v restarts, %v exhausted; want 1 and 1", r, e)
 	}
 	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(g), &tg, func(client.Object) bool {
-		return tg.Status.Phase == batchv1.GroupFailed && tg.Status.Counts.Failed == 1
+		return tg.Status.Phase == batchv1.GroupFailed && tg.Status.Counts.Failed == 1 && meta.IsStatusConditionTrue(tg.Status.Conditions, batch.ConditionFailed)
 	})
 
 	// Final is final.
@@ -732,4 +732,47 @@ func TestGroupSpreadsOverZones(t *testing.T) {
 		}
 		return true, nil
 	})
+}
+
+// A finished job stays as it ended: a task deleted afterwards is not made
+// again and run a second time (a finished batch/v1 Job keeps its Pods'
+// count too). While it runs, tasks on nodes count as active.
+func TestFinishedJobStaysFinished(t *testing.T) {
+	testenv.Require(t, env)
+	ns := start(t, "settled", nil)
+	ctx := context.Background()
+	node(t, "settled-1", fleetv1.FleetNodeOnline, cpu("4"), nil)
+	job := &batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "once"}, Spec: batchv1.FleetJobSpec{
+		TaskGroups: []batchv1.TaskGroupTemplate{{Name: "g", Count: 2, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}}},
+	}}
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"once-g-0", "once-g-1"} {
+		waitTask(t, ns, name, "scheduled", stateIs(batchv1.TaskScheduled, 1))
+	}
+	var fj batchv1.FleetJob
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &fj, func(client.Object) bool {
+		return fj.Status.Counts.Active == 2 && fj.Status.Counts.Scheduled == 2
+	})
+	for _, name := range []string{"once-g-0", "once-g-1"} {
+		hub(t, ns, name, 1, batchv1.TaskCompleted, ptr(int32(0)), "Completed", time.Now())
+	}
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &fj, func(client.Object) bool {
+		return fj.Status.Phase == batchv1.GroupCompleted && fj.Status.Counts.Completed == 2 && fj.Status.Counts.Active == 0
+	})
+	if err := env.Client.Delete(ctx, getTask(t, ns, "once-g-0")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Never(t, 2*time.Second, "a finished job's deleted task is made again", func(ctx context.Context) (bool, error) {
+		var tk batchv1.Task
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "once-g-0"}, &tk)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &fj); err != nil {
+		t.Fatal(err)
+	}
+	if fj.Status.Phase != batchv1.GroupCompleted || fj.Status.Counts.Completed != 2 {
+		t.Errorf("job after a task was deleted: phase %s, counts %+v", fj.Status.Phase, fj.Status.Counts)
+	}
 }

@@ -61,6 +61,10 @@ func (r *FleetJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, nil
 	}
 	w.job = &job
+	if settled(job.Status.Phase, job.Status.ObservedGeneration, job.Generation) {
+		// Done: a group deleted now is not made again.
+		return ctrl.Result{}, nil
+	}
 	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
 		ctrlkit.NewAction("LoadGroups", w.loadGroups),
 		ctrlkit.NewAction("DeleteGroups", w.deleteUnwanted),
@@ -224,7 +228,7 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	st.Groups = summaries
 	st.Phase = phaseOf(total, want, before.Phase)
 	st.ObservedGeneration = job.Generation
-	setComplete(&st.Conditions, completeCondition(st.Phase, total, want, job.Generation))
+	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation))
 	if equality.Semantic.DeepEqual(before, st) {
 		return ctrlkit.NoRequeue()
 	}

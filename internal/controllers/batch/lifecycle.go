@@ -122,6 +122,13 @@ func nextAttempt(st *batchv1.TaskStatus, reason, message string) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: message})
 }
 
+// willRestart reports whether t is a Failed attempt that afterFailure will
+// turn into a new one.
+func willRestart(t *batchv1.Task) bool {
+	return t.Status.State == batchv1.TaskFailed && !managerFinal[t.Status.Reason] &&
+		t.Spec.RestartPolicy == batchv1.RestartOnFailure && t.Status.Attempt < maxAttempts(t)
+}
+
 func afterFailure(t *batchv1.Task, now time.Time) *change {
 	st := t.Status.DeepCopy()
 	n := st.Attempt

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
@@ -188,5 +189,53 @@ func TestDesiredSpecFillsInTheJobsSettings(t *testing.T) {
 	}
 	if job.Spec.NodeSelector.MatchLabels["site"] != "a" {
 		t.Error("job modified")
+	}
+}
+
+// A failed attempt the manager will restart counts as Pending, so that a
+// group with OnFailure does not show Failed between two attempts.
+func TestCountedState(t *testing.T) {
+	tests := []struct {
+		name string
+		task *batchv1.Task
+		want batchv1.TaskState
+	}{
+		{"restarts: attempts left", failed(1, nil), batchv1.TaskPending},
+		{"last attempt", failed(3, nil), batchv1.TaskFailed},
+		{"restartPolicy Never", failed(1, func(t *batchv1.Task) { t.Spec.RestartPolicy = batchv1.RestartNever }), batchv1.TaskFailed},
+		{"unset policy is Never", failed(1, func(t *batchv1.Task) { t.Spec.RestartPolicy = "" }), batchv1.TaskFailed},
+		{"manager's own final reason", failed(1, func(t *batchv1.Task) { t.Status.Reason = batchv1.ReasonNodeLost }), batchv1.TaskFailed},
+		{"running", holding(1, batchv1.TaskRunning, nil), batchv1.TaskRunning},
+	}
+	for _, tt := range tests {
+		if got := countedState(tt.task); got != tt.want {
+			t.Errorf("%s: countedState = %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestPhaseConditions(t *testing.T) {
+	var conds []metav1.Condition
+	c := batchv1.TaskCounts{Total: 2, Running: 1, Pending: 1, Active: 1}
+	setPhaseConditions(&conds, batchv1.GroupRunning, completeCondition(batchv1.GroupRunning, c, 2, 1))
+	if meta.FindStatusCondition(conds, ConditionFailed) != nil {
+		t.Errorf("a running group has a Failed condition: %+v", conds)
+	}
+	c = batchv1.TaskCounts{Total: 2, Completed: 1, Failed: 1}
+	setPhaseConditions(&conds, batchv1.GroupFailed, completeCondition(batchv1.GroupFailed, c, 2, 1))
+	if f := meta.FindStatusCondition(conds, ConditionFailed); f == nil || f.Status != metav1.ConditionTrue || f.Reason != ReasonTasksFailed || f.Message != "1/2 tasks failed, 1 completed" {
+		t.Errorf("Failed condition = %+v", f)
+	}
+	if !meta.IsStatusConditionFalse(conds, ConditionComplete) {
+		t.Errorf("Complete condition of a failed group: %+v", conds)
+	}
+	// Scaled up afterwards: no longer Failed.
+	c = batchv1.TaskCounts{Total: 3, Completed: 1, Failed: 1, Pending: 1}
+	setPhaseConditions(&conds, batchv1.GroupRunning, completeCondition(batchv1.GroupRunning, c, 3, 2))
+	if f := meta.FindStatusCondition(conds, ConditionFailed); f == nil || f.Status != metav1.ConditionFalse || f.Reason != string(batchv1.GroupRunning) {
+		t.Errorf("Failed condition after a scale-up = %+v", f)
+	}
+	if !settled(batchv1.GroupFailed, 3, 3) || settled(batchv1.GroupFailed, 2, 3) || settled(batchv1.GroupRunning, 3, 3) {
+		t.Error("settled: final with an unchanged spec only")
 	}
 }

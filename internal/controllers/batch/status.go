@@ -14,6 +14,11 @@ import (
 // every task is final and some failed).
 const ConditionComplete = "Complete"
 
+// ConditionFailed on TaskGroups and FleetJobs: True once every task is
+// final and some failed (as batch/v1 Jobs, so that `kubectl wait
+// --for=condition=Failed` ends); False if that changes again.
+const ConditionFailed = "Failed"
+
 // ConditionScheduled on Tasks: True while an attempt is placed on a node;
 // its lastTransitionTime is when the attempt was placed, which bounds how
 // long the hub may take to start it.
@@ -31,16 +36,29 @@ const (
 	ReasonFailedScheduling = "FailedScheduling"
 )
 
+// countedState is the state task t counts as: a Failed attempt that the
+// manager will restart counts as Pending, so that its group does not look
+// Failed (and then Running again) for the moment before the restart.
+func countedState(t *batchv1.Task) batchv1.TaskState {
+	if willRestart(t) {
+		return batchv1.TaskPending
+	}
+	return t.Status.State
+}
+
 // addState counts one task in state s.
 func addState(c *batchv1.TaskCounts, s batchv1.TaskState) {
 	c.Total++
 	switch s {
 	case batchv1.TaskScheduled:
 		c.Scheduled++
+		c.Active++
 	case batchv1.TaskDispatching:
 		c.Dispatching++
+		c.Active++
 	case batchv1.TaskRunning:
 		c.Running++
+		c.Active++
 	case batchv1.TaskCompleted:
 		c.Completed++
 	case batchv1.TaskFailed:
@@ -58,6 +76,7 @@ func addCounts(c *batchv1.TaskCounts, o batchv1.TaskCounts) {
 	c.Running += o.Running
 	c.Completed += o.Completed
 	c.Failed += o.Failed
+	c.Active += o.Scheduled + o.Dispatching + o.Running
 }
 
 // phaseOf is the phase of tasks counted c out of want: final only when all
@@ -92,8 +111,30 @@ func completeCondition(phase batchv1.GroupPhase, c batchv1.TaskCounts, want int3
 	return cond
 }
 
-// setComplete sets the Complete condition and reports whether conditions
-// changed (ignoring the transition time that SetStatusCondition keeps).
+// failedCondition is the Failed condition for phase, or nil when there is
+// none to write: it appears when the phase first becomes Failed.
+func failedCondition(phase batchv1.GroupPhase, complete metav1.Condition, conds []metav1.Condition) *metav1.Condition {
+	if phase == batchv1.GroupFailed {
+		c := complete
+		c.Type, c.Status = ConditionFailed, metav1.ConditionTrue
+		return &c
+	}
+	if meta.FindStatusCondition(conds, ConditionFailed) == nil {
+		return nil
+	}
+	return &metav1.Condition{Type: ConditionFailed, Status: metav1.ConditionFalse, Reason: string(phase), Message: complete.Message, ObservedGeneration: complete.ObservedGeneration}
+}
+
+// setPhaseConditions sets Complete and, where it applies, Failed.
+func setPhaseConditions(conds *[]metav1.Condition, phase batchv1.GroupPhase, complete metav1.Condition) {
+	setComplete(conds, complete)
+	if f := failedCondition(phase, complete, *conds); f != nil {
+		setComplete(conds, *f)
+	}
+}
+
+// setComplete sets condition c and reports whether conditions changed
+// (ignoring the transition time that SetStatusCondition keeps).
 func setComplete(conds *[]metav1.Condition, c metav1.Condition) bool {
 	old := meta.FindStatusCondition(*conds, c.Type)
 	if old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message && old.ObservedGeneration == c.ObservedGeneration {
@@ -101,6 +142,14 @@ func setComplete(conds *[]metav1.Condition, c metav1.Condition) bool {
 	}
 	meta.SetStatusCondition(conds, c)
 	return true
+}
+
+// settled reports whether a group or job with phase and observed
+// generation is done for good: final, and its spec unchanged since. Its
+// status then stays as it is, and tasks deleted afterwards are not made
+// again (a finished batch/v1 Job does not re-create its Pods either).
+func settled(phase batchv1.GroupPhase, observed, generation int64) bool {
+	return phase.Final() && observed == generation
 }
 
 // controllerOf returns obj's controller owner reference, or nil.

@@ -30,7 +30,8 @@ import (
 //
 // Scaling: raising count creates the missing indices; lowering it deletes
 // the tasks at index ≥ count (a running one is cancelled by its hub). A
-// task deleted by hand is made again, afresh, once it is gone. The
+// task deleted by hand is made again, afresh, once it is gone, until the
+// group is Completed or Failed (then it stays as it ended). The
 // template applies to tasks created after it changes; existing tasks keep
 // their spec. Without a garbage collector (the embedded control plane has
 // none), the controller deletes the tasks of a deleted group itself.
@@ -69,6 +70,13 @@ func (r *TaskGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, nil
 	}
 	w := &groupRun{r: r, group: &g, name: g.Name, namespace: g.Namespace}
+	if settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation) {
+		// Done: only tasks beyond count (none, unless it shrank) go.
+		return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+			ctrlkit.NewAction("LoadTasks", w.loadTasks),
+			ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+		).Run(ctx))
+	}
 	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
 		ctrlkit.NewAction("LoadTasks", w.loadTasks),
 		ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
@@ -192,14 +200,14 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	}
 	var c batchv1.TaskCounts
 	for _, t := range w.mine {
-		addState(&c, t.Status.State)
+		addState(&c, countedState(t))
 	}
 	before := g.Status.DeepCopy()
 	st := &g.Status
 	st.Counts = c
 	st.Phase = phaseOf(c, g.Spec.Count, before.Phase)
 	st.ObservedGeneration = g.Generation
-	setComplete(&st.Conditions, completeCondition(st.Phase, c, g.Spec.Count, g.Generation))
+	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, c, g.Spec.Count, g.Generation))
 	if equality.Semantic.DeepEqual(before, st) {
 		return ctrlkit.NoRequeue()
 	}
