@@ -36,6 +36,7 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 				return err
 			}
 			if kind, ok := batchKinds[strings.ToLower(args[0])]; ok {
+				scope.namespace = g.namespace(scope.namespace)
 				sel, err := labels.Parse(selector)
 				if err != nil {
 					return fmt.Errorf("--selector %q: %w", selector, err)
@@ -95,7 +96,7 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. site=berlin,tier!=canary")
-	cmd.Flags().StringVarP(&scope.namespace, "namespace", "n", "default", "namespace of fleetjobs, taskgroups and tasks")
+	cmd.Flags().StringVarP(&scope.namespace, "namespace", "n", "", "namespace of fleetjobs, taskgroups and tasks"+namespaceFlagHelp)
 	cmd.Flags().BoolVarP(&scope.all, "all-namespaces", "A", false, "list fleetjobs, taskgroups or tasks in every namespace")
 	return cmd
 }

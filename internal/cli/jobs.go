@@ -175,7 +175,7 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if batchKinds[strings.ToLower(args[0])] == "Task" {
-				return describeTaskCommand(cmd, g, namespace, args[1])
+				return describeTaskCommand(cmd, g, g.namespace(namespace), args[1])
 			}
 			k, ok := findJobKind(args[0])
 			if !ok {
@@ -192,7 +192,7 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 			return describeJob(cmd.Context(), cmd.OutOrStdout(), c, j, time.Now())
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "namespace of a task")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of a task"+namespaceFlagHelp)
 	return cmd
 }
 

@@ -18,6 +18,30 @@ const defaultDataDir = ".drover"
 // restConfig finds the cluster: --kubeconfig, $KUBECONFIG, the local
 // `drover server` data dir, then ~/.kube/config.
 func (g *globalOptions) restConfig() (*rest.Config, error) {
+	cfg, err := g.clientConfig().ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig (run `drover server` first, or pass --kubeconfig): %w", err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// namespace is flag when it is set, else the kubeconfig context's
+// namespace, else "default" (as kubectl chooses).
+func (g *globalOptions) namespace(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if ns, _, err := g.clientConfig().Namespace(); err == nil && ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// namespaceFlagHelp ends the help of every -n flag.
+const namespaceFlagHelp = " (default: the kubeconfig context's namespace, else default)"
+
+func (g *globalOptions) clientConfig() clientcmd.ClientConfig {
 	path := g.kubeconfig
 	if path == "" {
 		path = os.Getenv("KUBECONFIG")
@@ -31,12 +55,7 @@ func (g *globalOptions) restConfig() (*rest.Config, error) {
 	if path != "" {
 		rules.ExplicitPath = path
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig (run `drover server` first, or pass --kubeconfig): %w", err)
-	}
-	cfg.QPS, cfg.Burst = 50, 100
-	return cfg, nil
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
 }
 
 func (g *globalOptions) client() (client.Client, error) {

@@ -50,13 +50,14 @@ certificate or token) as the kube-apiserver does.`,
 				return err
 			}
 			o.Config, o.Client, o.DroverNamespace, o.Name = cfg, c, droverNS, args[0]
+			o.Namespace = g.namespace(o.Namespace)
 			if o.CAPEM, err = droverCA(cmd, c, caFile, droverNS); err != nil {
 				return err
 			}
 			return tasklogs.Copy(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringVarP(&o.Namespace, "namespace", "n", "default", "the task's namespace")
+	cmd.Flags().StringVarP(&o.Namespace, "namespace", "n", "", "the task's namespace"+namespaceFlagHelp)
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep printing output until the attempt ends")
 	cmd.Flags().StringVar(&o.Stream, "stream", protocol.LogStdout, "stdout or stderr")
 	cmd.Flags().Int64Var(&tail, "tail", 0, "start this many bytes before the end (0: all that the node keeps)")
