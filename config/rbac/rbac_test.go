@@ -312,25 +312,6 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		}
 		return true, nil
 	})
-	// Both record Events, sent in the background: the manager on the job,
-	// the hub when it lets a deleted Task go.
-	if err := env.Client.Delete(ctx, &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "rbac-g-0"}}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, runTimeout, "Events from the manager and the hub", func(ctx context.Context) (bool, error) {
-		l, err := cs.EventsV1().Events("rbac-tasks").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		from := map[string]bool{}
-		for _, e := range l.Items {
-			from[e.ReportingController] = true
-		}
-		if !from["drover-manager"] || !from["drover-hub"] {
-			return false, fmt.Errorf("events from %v; want drover-manager and drover-hub", from)
-		}
-		return true, nil
-	})
 	// Someone who may read task logs in rbac-tasks and find hubs, and
 	// nothing else, with a bearer token: the hub checks it with a
 	// TokenReview.
@@ -356,6 +337,26 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err != nil || !strings.Contains(string(out), "ran as the drover service accounts") {
 		t.Errorf("drover logs as a log reader: %v\n%s", err, out)
 	}
+	// Both record Events, sent in the background: the manager on the job,
+	// the hub when it lets a deleted Task go. (The job has Completed: the
+	// task is not made again.)
+	if err := env.Client.Delete(ctx, &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "rbac-g-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, runTimeout, "Events from the manager and the hub", func(ctx context.Context) (bool, error) {
+		l, err := cs.EventsV1().Events("rbac-tasks").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		from := map[string]bool{}
+		for _, e := range l.Items {
+			from[e.ReportingController] = true
+		}
+		if !from["drover-manager"] || !from["drover-hub"] {
+			return false, fmt.Errorf("events from %v; want drover-manager and drover-hub", from)
+		}
+		return true, nil
+	})
 	// The manager is the leader (its Lease) and the hub renews its own.
 	for _, lease := range []string{"drover-manager", "drover-hub-rbac"} {
 		var l unstructured.Unstructured
