@@ -43,6 +43,14 @@ type Task struct {
 	// NodeName pins the task to one node.
 	NodeName string
 	Spread   *batchv1.SpreadConstraint
+	// Preferred weighs the nodes that fit: the highest sum wins.
+	Preferred []Preference
+}
+
+// Preference is a soft affinity term: Weight for the nodes Selector matches.
+type Preference struct {
+	Weight   int32
+	Selector labels.Selector
 }
 
 // TaskFrom reads a Task. The error is an invalid nodeSelector; such a task
@@ -65,6 +73,13 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 			return out, fmt.Errorf("invalid nodeSelector: %w", err)
 		}
 		out.Selector = s
+	}
+	for i, p := range t.Spec.PreferredNodes {
+		s, err := metav1.LabelSelectorAsSelector(&p.Selector)
+		if err != nil {
+			return out, fmt.Errorf("invalid preferredNodes[%d].selector: %w", i, err)
+		}
+		out.Preferred = append(out.Preferred, Preference{Weight: p.Weight, Selector: s})
 	}
 	return out, nil
 }
@@ -189,11 +204,11 @@ func (c *Cluster) Place(t Task) Result {
 		return Result{Reasons: reasons, Message: message(len(c.nodes), reasons)}
 	}
 	best := fit[0]
-	bestLoad := best.load(t)
+	bestPref, bestLoad := best.preference(t), best.load(t)
 	for _, n := range fit[1:] {
-		l := n.load(t)
-		if l < bestLoad || l == bestLoad && n.tasks < best.tasks {
-			best, bestLoad = n, l
+		p, l := n.preference(t), n.load(t)
+		if p > bestPref || p == bestPref && (l < bestLoad || l == bestLoad && n.tasks < best.tasks) {
+			best, bestPref, bestLoad = n, p, l
 		}
 	}
 	c.Hold(t, best.Name)
@@ -234,6 +249,17 @@ func (n *node) insufficient(t Task) []corev1.ResourceName {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// preference is the weight of t's preferred terms that n matches.
+func (n *node) preference(t Task) int32 {
+	var w int32
+	for _, p := range t.Preferred {
+		if p.Selector.Matches(labels.Set(n.Labels)) {
+			w += p.Weight
+		}
+	}
+	return w
 }
 
 // load is the mean fraction of n's reported resources in use once t is

@@ -165,6 +165,29 @@ func TestPlace(t *testing.T) {
 			message: "0/3 nodes are available: 2 did not match nodeName, 1 unschedulable.",
 		},
 		{
+			name: "preferred nodes outweigh load",
+			nodes: []Node{online("a", res("cpu", "4"), map[string]string{"gpu": "yes"}), online("b", res("cpu", "4"), map[string]string{"site": "x"}),
+				online("c", res("cpu", "4"), map[string]string{"gpu": "yes", "site": "x"}), online("d", res("cpu", "4"), nil)},
+			held: []held{{task("h1", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "2") }), "c"}},
+			task: task("t", func(t *batchv1.Task) {
+				t.Spec.Resources = res("cpu", "1")
+				t.Spec.PreferredNodes = []batchv1.PreferredNodeTerm{
+					{Weight: 10, Selector: metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "yes"}}},
+					{Weight: 5, Selector: metav1.LabelSelector{MatchLabels: map[string]string{"site": "x"}}},
+				}
+			}),
+			want: "c", // 15, though the most loaded
+		},
+		{
+			name:  "a preferred node that does not fit loses to one that does",
+			nodes: []Node{online("a", res("cpu", "1"), map[string]string{"gpu": "yes"}), online("b", res("cpu", "4"), nil)},
+			task: task("t", func(t *batchv1.Task) {
+				t.Spec.Resources = res("cpu", "2")
+				t.Spec.PreferredNodes = []batchv1.PreferredNodeTerm{{Weight: 100, Selector: metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "yes"}}}}
+			}),
+			want: "b",
+		},
+		{
 			name:    "no nodes",
 			task:    task("t", nil),
 			message: "0/0 nodes are available: no FleetNodes.",

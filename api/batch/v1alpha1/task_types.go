@@ -93,6 +93,16 @@ type Artifact struct {
 	Executable bool `json:"executable,omitempty"`
 }
 
+// PreferredNodeTerm weighs the nodes its selector matches.
+type PreferredNodeTerm struct {
+	// weight added to a node the selector matches, 1 to 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight"`
+	// selector of node labels.
+	Selector metav1.LabelSelector `json:"selector"`
+}
+
 // SpreadConstraint spreads the tasks of one TaskGroup over nodes.
 type SpreadConstraint struct {
 	// topologyKey is a node label; tasks are spread over its values. Empty:
@@ -169,6 +179,13 @@ type TaskSpec struct {
 	// spread of the group's tasks over nodes or a node label.
 	// +optional
 	Spread *SpreadConstraint `json:"spread,omitempty"`
+	// preferredNodes is soft node affinity (kube-scheduler's
+	// preferredDuringSchedulingIgnoredDuringExecution): among the nodes
+	// that fit, the one whose matching terms weigh most wins; then the
+	// least loaded. A node matching none still fits.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	PreferredNodes []PreferredNodeTerm `json:"preferredNodes,omitempty"`
 	// priority orders scheduling: higher first, then older first.
 	// +optional
 	Priority int32 `json:"priority,omitempty"`
