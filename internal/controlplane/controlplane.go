@@ -181,6 +181,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		stop()
 		return nil, err
 	}
+	gcStopped, err := startGarbageCollector(apiCtx, c.restConfig)
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	gate.serving()
 	log.Info("control plane ready", "url", host, "kubeconfig", c.kubeconfigPath,
 		"elapsed", time.Since(begin).Round(time.Millisecond))
@@ -206,6 +211,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			<-apiDone
 		}
 		stopAPI()
+		gcStopped()
 		etcd.Close()
 		closeLogs()
 		c.err = err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -71,6 +73,8 @@ func TestStartServeInstallStop(t *testing.T) {
 		t.Errorf("create a Widget right after InstallCRDs: %v", err)
 	}
 
+	testGarbageCollector(ctx, t, cs)
+
 	if _, err := Start(ctx, Options{DataDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "one control plane per process") {
 		t.Errorf("second Start() = %v, want it refused", err)
 	}
@@ -130,6 +134,65 @@ func TestDisabledAdmissionPluginsKeepsWebhooksAndNamespaces(t *testing.T) {
 	for _, gone := range []string{"ServiceAccount", "ResourceQuota", "LimitRanger"} {
 		if !strings.Contains(","+off+",", ","+gone+",") {
 			t.Errorf("disabled plugins %s lack %s", off, gone)
+		}
+	}
+}
+
+// testGarbageCollector checks that owner references work as in any cluster:
+// the embedded control plane runs kube-controller-manager's collector.
+func testGarbageCollector(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	cms := cs.CoreV1().ConfigMaps("default")
+	pair := func(name string) (owner, child *corev1.ConfigMap) {
+		owner, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := true
+		child, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-child", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, BlockOwnerDeletion: &block}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return owner, child
+	}
+	gone := func(name string) bool {
+		_, err := cms.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("garbage collector: %s within a minute", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, tt := range []struct {
+		policy    metav1.DeletionPropagation
+		childGoes bool
+	}{
+		{metav1.DeletePropagationBackground, true},
+		{metav1.DeletePropagationForeground, true},
+		{metav1.DeletePropagationOrphan, false},
+	} {
+		name := "gc-" + strings.ToLower(string(tt.policy))
+		owner, child := pair(name)
+		if err := cms.Delete(ctx, owner.Name, metav1.DeleteOptions{PropagationPolicy: &tt.policy}); err != nil {
+			t.Fatal(err)
+		}
+		// Foreground and orphan leave the owner Terminating until the
+		// collector has done its part and removed its finalizer.
+		waitFor(string(tt.policy)+": the owner is gone", func() bool { return gone(owner.Name) })
+		if tt.childGoes {
+			waitFor(string(tt.policy)+": the dependent is gone", func() bool { return gone(child.Name) })
+			continue
+		}
+		got, err := cms.Get(ctx, child.Name, metav1.GetOptions{})
+		if err != nil || len(got.OwnerReferences) != 0 {
+			t.Errorf("orphan: dependent %v, owner references %v; want it kept without them", err, got.GetOwnerReferences())
 		}
 	}
 }

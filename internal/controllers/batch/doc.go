@@ -27,7 +27,7 @@
 // drover_tasks_failed_total{reason}, drover_scheduler_pending_tasks and
 // drover_scheduler_loop_duration_seconds.
 //
-// Without a garbage collector (the embedded control plane has none), a
-// deleted job's groups and a deleted group's tasks are deleted by these
-// controllers.
+// A deleted job's groups and a deleted group's tasks are deleted by these
+// controllers as well as by the garbage collector, so that they go even
+// where none runs.
 package batch

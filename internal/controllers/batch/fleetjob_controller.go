@@ -48,7 +48,7 @@ func (r *FleetJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	w := &jobRun{r: r, name: req.Name, namespace: req.Namespace}
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
 		if apierrors.IsNotFound(err) {
-			// No garbage collector in the embedded control plane: the
+			// Whether or not a garbage collector runs: the
 			// groups go with their job, and their tasks with them.
 			return ctrlkit.IgnoreExit(ctrlkit.Sequential(
 				ctrlkit.NewAction("LoadGroups", w.loadGroups),

@@ -33,8 +33,8 @@ import (
 // task deleted by hand is made again, afresh, once it is gone, until the
 // group is Completed or Failed (then it stays as it ended). The
 // template applies to tasks created after it changes; existing tasks keep
-// their spec. Without a garbage collector (the embedded control plane has
-// none), the controller deletes the tasks of a deleted group itself.
+// their spec. The controller deletes the tasks of a deleted group itself,
+// whether or not a garbage collector runs.
 type TaskGroupReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder

@@ -84,8 +84,7 @@ func (r *Reconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 	// A job deleted and re-created with the same name starts clean: the
-	// old job's slices go, whether or not a garbage collector runs (the
-	// embedded control plane has none).
+	// old job's slices go, whether or not a garbage collector runs.
 	if err := r.deleteStaleSlices(ctx, job.JobKind(), job.GetName(), job.GetUID()); err != nil {
 		return ctrl.Result{}, err
 	}
