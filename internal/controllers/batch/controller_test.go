@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -775,4 +776,25 @@ func TestFinishedJobStaysFinished(t *testing.T) {
 	if fj.Status.Phase != batchv1.GroupCompleted || fj.Status.Counts.Completed != 2 {
 		t.Errorf("job after a task was deleted: phase %s, counts %+v", fj.Status.Phase, fj.Status.Counts)
 	}
+	// `kubectl delete --cascade=foreground`: the job goes last, once its
+	// groups and tasks are gone (the control plane's garbage collector
+	// removes the finalizer the apiserver put on it).
+	if err := env.Client.Delete(ctx, &fj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the job, its group and its task gone", func(ctx context.Context) (bool, error) {
+		var groups batchv1.TaskGroupList
+		var tasks batchv1.TaskList
+		if err := env.Client.List(ctx, &groups, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		if err := env.Client.List(ctx, &tasks, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.FleetJob{})
+		if !apierrors.IsNotFound(err) || len(groups.Items)+len(tasks.Items) > 0 {
+			return false, fmt.Errorf("job: %v; %d groups, %d tasks left", err, len(groups.Items), len(tasks.Items))
+		}
+		return true, nil
+	})
 }
