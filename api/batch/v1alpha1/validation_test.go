@@ -138,6 +138,13 @@ func TestFleetJobValidation(t *testing.T) {
 	if err := env.Client.Create(ctx, bad); err == nil {
 		t.Error("a group name that is no DNS label was accepted")
 	}
+	long := ok.DeepCopy()
+	long.ResourceVersion = ""
+	long.Name = strings.Repeat("j", 200)
+	long.Spec.TaskGroups[0].Name = strings.Repeat("g", 60)
+	if err := env.Client.Create(ctx, long); err == nil || !strings.Contains(err.Error(), "over 253 characters") {
+		t.Errorf("a job whose task names would pass 253 characters: %v", err)
+	}
 	none := ok.DeepCopy()
 	none.ResourceVersion = ""
 	none.Name = "no-groups"

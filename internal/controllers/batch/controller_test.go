@@ -798,3 +798,42 @@ func TestFinishedJobStaysFinished(t *testing.T) {
 		return true, nil
 	})
 }
+
+// A task being deleted still holds its node's resources until it is gone
+// (its hub may still be stopping the process): nothing is placed in its
+// room before then.
+func TestDeletingTaskHoldsItsResources(t *testing.T) {
+	testenv.Require(t, env)
+	ns := start(t, "deleting", nil)
+	ctx := context.Background()
+	node(t, "deleting-1", fleetv1.FleetNodeOnline, cpu("1"), nil)
+	mk := func(name string) *batchv1.Task {
+		tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: batchv1.TaskSpec{Command: []string{"sleep", "60"}, Resources: cpu("1")}}
+		if err := env.Client.Create(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	mk("first")
+	waitTask(t, ns, "first", "scheduled", stateIs(batchv1.TaskScheduled, 1))
+	hub(t, ns, "first", 1, batchv1.TaskRunning, nil, "", time.Now())
+	// The hub's cleanup finalizer keeps it while the process is stopped.
+	first := getTask(t, ns, "first")
+	first.Finalizers = append(first.Finalizers, "test.drover.io/hold")
+	if err := env.Client.Update(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	mk("second")
+	waitTask(t, ns, "second", "unschedulable while the first is stopping", func(tk *batchv1.Task) bool {
+		return tk.Status.Reason == batchv1.ReasonUnschedulable && strings.Contains(tk.Status.Message, "insufficient cpu")
+	})
+	first = getTask(t, ns, "first")
+	first.Finalizers = nil
+	if err := env.Client.Update(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	waitTask(t, ns, "second", "scheduled once the first is gone", stateIs(batchv1.TaskScheduled, 1))
+}
