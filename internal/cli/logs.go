@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/task/tasklogs"
@@ -21,6 +23,7 @@ func newLogsCommand(g *globalOptions) *cobra.Command {
 		tail     int64
 		caFile   string
 		droverNS string
+		previous bool
 	)
 	cmd := &cobra.Command{
 		Use:   "logs TASK",
@@ -28,10 +31,15 @@ func newLogsCommand(g *globalOptions) *cobra.Command {
 		Long: `Print the stdout (or stderr) of a task's current attempt. The log stays on
 the node; the hub serving the node streams it. You need get on tasks/log in
 the task's namespace; the hub checks your kubeconfig's credentials (client
-certificate or token) as the kube-apiserver does.`,
+certificate or token) as the kube-apiserver does.
+
+--previous prints the output tail (the last 4 KiB the agent reported) of the
+attempt before the current one, from the Task's status: the node may have
+removed that attempt's log files once the new attempt replaced it.`,
 		Example: `  drover logs -n robots survey-3
   drover logs -n robots survey-3 -f --stream stderr
-  drover logs survey-3 --tail 4096 --hub hub.example:7443`,
+  drover logs survey-3 --tail 4096 --hub hub.example:7443
+  drover logs survey-3 --previous`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Stream != protocol.LogStdout && o.Stream != protocol.LogStderr {
@@ -41,6 +49,26 @@ certificate or token) as the kube-apiserver does.`,
 				return fmt.Errorf("--tail %d: want a number of bytes, or 0 for all", tail)
 			}
 			o.TailBytes = uint64(tail)
+			if previous {
+				if o.Follow {
+					return errors.New("--previous and --follow: a previous attempt has ended, there is nothing to follow")
+				}
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				var t batchv1.Task
+				key := client.ObjectKey{Namespace: g.namespace(o.Namespace), Name: args[0]}
+				if err := c.Get(cmd.Context(), key, &t); err != nil {
+					return fmt.Errorf("get task %s: %w", key, err)
+				}
+				out, err := previousOutput(&t)
+				if err != nil {
+					return err
+				}
+				_, err = io.WriteString(cmd.OutOrStdout(), out)
+				return err
+			}
 			cfg, err := g.restConfig()
 			if err != nil {
 				return err
@@ -59,6 +87,7 @@ certificate or token) as the kube-apiserver does.`,
 	}
 	cmd.Flags().StringVarP(&o.Namespace, "namespace", "n", "", "the task's namespace"+namespaceFlagHelp)
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep printing output until the attempt ends")
+	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the output tail of the attempt before the current one (from the task's status)")
 	cmd.Flags().StringVar(&o.Stream, "stream", protocol.LogStdout, "stdout or stderr")
 	cmd.Flags().Int64Var(&tail, "tail", 0, "start this many bytes before the end (0: all that the node keeps)")
 	cmd.Flags().StringVar(&o.Hub, "hub", "", "hub host:port (default: the hub the task's node is connected to)")

@@ -293,12 +293,34 @@ func describeTask(w io.Writer, t *batchv1.Task, now time.Time) {
 			fmt.Fprintf(w, "  %s=%s  %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 		}
 	}
+	if n := len(st.History); n > 0 && st.History[n-1].OutputTail != "" {
+		fmt.Fprintf(w, "Output of attempt %d (tail; `drover logs --previous`):\n", st.History[n-1].Attempt)
+		printIndented(w, st.History[n-1].OutputTail)
+	}
 	if st.OutputTail != "" {
 		fmt.Fprintln(w, "Output (tail; `drover logs` shows all):")
-		for _, line := range strings.Split(strings.TrimRight(st.OutputTail, "\n"), "\n") {
-			fmt.Fprintln(w, "  "+line)
-		}
+		printIndented(w, st.OutputTail)
 	}
+}
+
+func printIndented(w io.Writer, text string) {
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		fmt.Fprintln(w, "  "+line)
+	}
+}
+
+// previousOutput is the output tail of the task's attempt before the
+// current one, as its status keeps it.
+func previousOutput(t *batchv1.Task) (string, error) {
+	n := len(t.Status.History)
+	if n == 0 {
+		return "", fmt.Errorf("task %s/%s has no previous attempt (it is at attempt %d)", t.Namespace, t.Name, t.Status.Attempt)
+	}
+	a := t.Status.History[n-1]
+	if a.OutputTail == "" {
+		return "", fmt.Errorf("attempt %d of task %s/%s (%s on node %s) left no output in the task's status", a.Attempt, t.Namespace, t.Name, orNone(string(a.State)), orNone(a.Node))
+	}
+	return a.OutputTail, nil
 }
 
 func describeTaskCommand(cmd *cobra.Command, g *globalOptions, namespace, name string) error {

@@ -40,7 +40,7 @@ func TestDescribeTask(t *testing.T) {
 		Spec: batchv1.TaskSpec{Command: []string{"/bin/sh", "-c", "echo $HOME; sleep 9"}, RestartPolicy: batchv1.RestartOnFailure,
 			ReschedulePolicy: batchv1.RescheduleOnNodeLost, MaxAttempts: 3, Timeout: &metav1.Duration{Duration: time.Minute}},
 		Status: batchv1.TaskStatus{State: batchv1.TaskRunning, NodeName: "edge-2", Attempt: 2, StartTime: &started,
-			History:    []batchv1.TaskAttempt{{Attempt: 1, Node: "edge-1", State: batchv1.TaskFailed, Reason: "timeout", ExitCode: &code}},
+			History:    []batchv1.TaskAttempt{{Attempt: 1, Node: "edge-1", State: batchv1.TaskFailed, Reason: "timeout", ExitCode: &code, OutputTail: "stuck\n"}},
 			OutputTail: "first line\nsecond line\n"},
 	}
 	var out bytes.Buffer
@@ -53,6 +53,7 @@ func TestDescribeTask(t *testing.T) {
 		"  State:         Running", "  Node:          edge-2", "  Attempt:       2",
 		"  1         edge-1   Failed   timeout   137",
 		"  first line\n  second line\n",
+		"Output of attempt 1 (tail; `drover logs --previous`):\n  stuck\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("describe lacks %q:\n%s", want, out.String())
@@ -81,5 +82,21 @@ func TestDescribeEvents(t *testing.T) {
 	describeEvents(&out, nil, now)
 	if out.String() != "Events:  <none>\n" {
 		t.Errorf("no events: %q", out.String())
+	}
+}
+
+func TestPreviousOutput(t *testing.T) {
+	tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "robots", Name: "t"}, Status: batchv1.TaskStatus{Attempt: 1}}
+	if _, err := previousOutput(tk); err == nil || !strings.Contains(err.Error(), "no previous attempt") {
+		t.Errorf("first attempt: %v", err)
+	}
+	tk.Status.Attempt = 3
+	tk.Status.History = []batchv1.TaskAttempt{{Attempt: 1, OutputTail: "old"}, {Attempt: 2, Node: "edge-1", State: batchv1.TaskFailed}}
+	if _, err := previousOutput(tk); err == nil || !strings.Contains(err.Error(), "attempt 2 of task robots/t (Failed on node edge-1) left no output") {
+		t.Errorf("no tail: %v", err)
+	}
+	tk.Status.History[1].OutputTail = "segfault\n"
+	if out, err := previousOutput(tk); err != nil || out != "segfault\n" {
+		t.Errorf("previousOutput = %q, %v", out, err)
 	}
 }

@@ -227,6 +227,11 @@ type TaskAttempt struct {
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// +optional
 	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// outputTail is the attempt's status.outputTail when it ended, kept
+	// on the latest entry only (`drover logs --previous`).
+	// +kubebuilder:validation:MaxLength=8192
+	// +optional
+	OutputTail string `json:"outputTail,omitempty"`
 }
 
 // TaskStatus is the state of the task's current attempt and its history.

@@ -101,9 +101,15 @@ func backoff(t *batchv1.Task, n int32) time.Duration {
 }
 
 // record appends the current attempt to the history, keeping the last
-// maxHistory.
+// maxHistory. Only the new entry keeps its output tail: one tail is what a
+// user asks for (the attempt before this one), and twenty would bloat the
+// object.
 func record(st *batchv1.TaskStatus, state batchv1.TaskState, reason string, finish *metav1.Time) {
-	a := batchv1.TaskAttempt{Attempt: st.Attempt, Node: st.NodeName, State: state, Reason: reason, ExitCode: st.ExitCode, StartTime: st.StartTime, FinishTime: finish}
+	a := batchv1.TaskAttempt{Attempt: st.Attempt, Node: st.NodeName, State: state, Reason: reason, ExitCode: st.ExitCode, StartTime: st.StartTime, FinishTime: finish,
+		OutputTail: st.OutputTail}
+	for i := range st.History {
+		st.History[i].OutputTail = ""
+	}
 	st.History = append(st.History, a)
 	if len(st.History) > maxHistory {
 		st.History = append([]batchv1.TaskAttempt(nil), st.History[len(st.History)-maxHistory:]...)

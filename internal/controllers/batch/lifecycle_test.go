@@ -239,3 +239,15 @@ func TestPhaseConditions(t *testing.T) {
 		t.Error("settled: final with an unchanged spec only")
 	}
 }
+
+// The attempt just recorded keeps its output tail, and only it.
+func TestHistoryKeepsTheLastOutput(t *testing.T) {
+	task := failed(2, func(t *batchv1.Task) {
+		t.Status.History = []batchv1.TaskAttempt{{Attempt: 1, OutputTail: "attempt 1 said this"}}
+	})
+	c, _ := step(task, nodeView{}, t0, time.Minute)
+	h := c.status.History
+	if len(h) != 2 || h[0].OutputTail != "" || h[1].OutputTail != "boom" || c.status.OutputTail != "" {
+		t.Errorf("history %+v, current tail %q; want only attempt 2's tail kept, in history", h, c.status.OutputTail)
+	}
+}
