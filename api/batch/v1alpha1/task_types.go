@@ -155,17 +155,17 @@ type TaskSpec struct {
 	Resources corev1.ResourceList `json:"resources,omitempty"`
 	// timeout of one attempt; then SIGTERM to its process group, and
 	// SIGKILL after killTimeout. Unset: no limit. A Go duration ("90s",
-	// "1h30m"), at least 1s.
+	// "1h30m"), from 1s to a year.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="timeout must be a duration such as 90s or 1h30m (units ns, us, ms, s, m, h), at least 1s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration such as 90s or 1h30m (units ns, us, ms, s, m, h), from 1s to 8760h (a year)"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// killTimeout is the grace between SIGTERM and SIGKILL. Default 10s;
-	// from 0s to 1h.
+	// from 1s to 1h.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="killTimeout must be a duration such as 10s (units ns, us, ms, s, m, h), from 0s to 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="killTimeout must be a duration such as 10s (units ns, us, ms, s, m, h), from 1s to 1h"
 	// +optional
 	KillTimeout *metav1.Duration `json:"killTimeout,omitempty"`
 	// nodeSelector chooses eligible nodes by their labels (the seed's

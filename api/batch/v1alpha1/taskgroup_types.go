@@ -85,7 +85,7 @@ type TaskGroupStatus struct {
 // TaskGroup is count tasks from one template (K8s4r's TaskGroup). A FleetJob
 // owns its groups; a TaskGroup can also be created on its own.
 // +kubebuilder:object:root=true
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 248",message="the name makes task names over 253 characters (<group>-<index>): at most 248"
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 248",optionalOldSelf=true,message="the name makes task names over 253 characters (<group>-<index>): at most 248"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=tg,categories=drover
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

@@ -776,6 +776,38 @@ func TestFinishedJobStaysFinished(t *testing.T) {
 	if fj.Status.Phase != batchv1.GroupCompleted || fj.Status.Counts.Completed != 2 {
 		t.Errorf("job after a task was deleted: phase %s, counts %+v", fj.Status.Phase, fj.Status.Counts)
 	}
+	// Edited after it finished: group g shrinks to 1 (its index 0 is made
+	// again) and a group h of 1 is added. Until the groups have caught up
+	// with their new specs their counts lag in opposite directions (g's
+	// still says 2 completed, h has none) and add up to the job's 2: the
+	// job must not end on them.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &fj); err != nil {
+			return err
+		}
+		fj.Spec.TaskGroups[0].Count = 1
+		fj.Spec.TaskGroups = append(fj.Spec.TaskGroups, batchv1.TaskGroupTemplate{Name: "h", Count: 1,
+			Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}})
+		return env.Client.Update(ctx, &fj)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"once-g-0", "once-h-0"} {
+		waitTask(t, ns, name, "scheduled after the edit", stateIs(batchv1.TaskScheduled, 1))
+	}
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &fj, func(client.Object) bool {
+		return fj.Status.ObservedGeneration == fj.Generation && fj.Status.Counts.Active == 2
+	})
+	if fj.Status.Phase.Final() {
+		t.Fatalf("job %s with 2 tasks scheduled", fj.Status.Phase)
+	}
+	for _, name := range []string{"once-g-0", "once-h-0"} {
+		hub(t, ns, name, 1, batchv1.TaskCompleted, ptr(int32(0)), "Completed", time.Now())
+	}
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &fj, func(client.Object) bool {
+		return fj.Status.Phase == batchv1.GroupCompleted && fj.Status.Counts.Completed == 2 && fj.Status.Counts.Total == 2
+	})
+
 	// `kubectl delete --cascade=foreground`: the job goes last, once its
 	// groups and tasks are gone (the control plane's garbage collector
 	// removes the finalizer the apiserver put on it).

@@ -27,6 +27,8 @@ import (
 type FleetJobReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// APIReader reads a group afresh before deleting it; nil: the cache.
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=fleetjobs,verbs=get;list;watch
@@ -119,10 +121,13 @@ func (w *jobRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error) {
 		if g.DeletionTimestamp != nil {
 			continue
 		}
-		if err := w.r.Client.Delete(ctx, g); client.IgnoreNotFound(err) != nil {
+		deleted, err := deleteDependent(ctx, w.r.Client, w.r.APIReader, g, controllerOf(g).UID)
+		if err != nil {
 			return ctrlkit.RequeueIfErrorAndWrap("delete TaskGroup "+g.Name, err)
 		}
-		log.FromContext(ctx).Info("deleted task group", "TaskGroup", g.Name)
+		if deleted {
+			log.FromContext(ctx).Info("deleted task group", "TaskGroup", g.Name)
+		}
 	}
 	return ctrlkit.NoRequeue()
 }
@@ -209,14 +214,18 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	before := job.Status.DeepCopy()
 	var total batchv1.TaskCounts
 	var want int32
+	lagging := false
 	summaries := make([]batchv1.GroupSummary, 0, len(job.Spec.TaskGroups))
 	for _, tmpl := range job.Spec.TaskGroups {
 		want += tmpl.Count
 		s := batchv1.GroupSummary{Name: tmpl.Name, Phase: batchv1.GroupPending}
 		g := w.groups[groupName(job.Name, tmpl.Name)]
-		// A group whose status lags its spec (just created, or count just
-		// changed) counts what it has: the job's total differs from want
-		// until the group catches up, so the job is not final early.
+		// A group whose status lags its spec (just created, or its count
+		// just changed) counts what it has, but the job cannot end on it:
+		// counts that lag in opposite directions could add up to want.
+		if g == nil || g.Status.ObservedGeneration != g.Generation || g.Spec.Count != tmpl.Count {
+			lagging = true
+		}
 		if g != nil && g.Status.Phase != "" {
 			s.Phase, s.Counts = g.Status.Phase, g.Status.Counts
 		}
@@ -227,6 +236,14 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	st.Counts = total
 	st.Groups = summaries
 	st.Phase = phaseOf(total, want, before.Phase)
+	if lagging && st.Phase.Final() {
+		// Written once the groups have caught up (their status brings
+		// us back): a final phase is kept for good (settled).
+		st.Phase = batchv1.GroupRunning
+		if before.Phase == "" || before.Phase == batchv1.GroupPending {
+			st.Phase = batchv1.GroupPending
+		}
+	}
 	st.ObservedGeneration = job.Generation
 	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation))
 	if equality.Semantic.DeepEqual(before, st) {

@@ -137,6 +137,13 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 		t := &tasks.Items[i]
 		seen[t.UID] = true
 		st, selErr := scheduler.TaskFrom(t)
+		if a, ok := s.assumed[t.UID]; ok {
+			if pendingState(t.Status.State) && t.Status.Attempt <= a.attempt && t.ResourceVersion != a.resourceVersion {
+				cluster.Hold(a.task, a.node) // our write is not in the cache yet
+				continue
+			}
+			delete(s.assumed, t.UID)
+		}
 		if t.DeletionTimestamp != nil {
 			// Never placed again, but its process may run until its hub
 			// has cancelled it: what it holds stays taken until then.
@@ -144,13 +151,6 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 				cluster.Hold(st, t.Status.NodeName)
 			}
 			continue
-		}
-		if a, ok := s.assumed[t.UID]; ok {
-			if pendingState(t.Status.State) && t.Status.Attempt <= a.attempt && t.ResourceVersion != a.resourceVersion {
-				cluster.Hold(a.task, a.node) // our write is not in the cache yet
-				continue
-			}
-			delete(s.assumed, t.UID)
 		}
 		switch {
 		case t.Status.State.Holds() && t.Status.NodeName != "":

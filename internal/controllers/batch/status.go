@@ -1,10 +1,13 @@
 package batch
 
 import (
+	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 )
@@ -155,4 +158,27 @@ func settled(phase batchv1.GroupPhase, observed, generation int64) bool {
 // controllerOf returns obj's controller owner reference, or nil.
 func controllerOf(obj metav1.Object) *metav1.OwnerReference {
 	return metav1.GetControllerOf(obj)
+}
+
+// deleteDependent deletes obj, which the cache shows as controlled by the
+// owner with uid, unless the apiserver says otherwise: an orphaning delete
+// of the owner (`kubectl delete --cascade=orphan`) has the garbage
+// collector remove the owner reference, and the cache may not show that
+// yet. The delete is conditional on what was read. reader nil: the cache's
+// copy is trusted. It reports whether obj was deleted.
+func deleteDependent(ctx context.Context, c client.Client, reader client.Reader, obj client.Object, owner types.UID) (bool, error) {
+	if reader != nil {
+		fresh := obj.DeepCopyObject().(client.Object)
+		if err := reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if ref := controllerOf(fresh); ref == nil || ref.UID != owner || fresh.GetDeletionTimestamp() != nil {
+			return false, nil // orphaned meanwhile, or already going
+		}
+		uid, rv := fresh.GetUID(), fresh.GetResourceVersion()
+		err := c.Delete(ctx, fresh, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		return err == nil, client.IgnoreNotFound(err)
+	}
+	err := c.Delete(ctx, obj)
+	return err == nil, client.IgnoreNotFound(err)
 }

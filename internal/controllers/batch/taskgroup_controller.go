@@ -38,6 +38,8 @@ import (
 type TaskGroupReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// APIReader reads a task afresh before deleting it; nil: the cache.
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups,verbs=get;list;watch
@@ -132,10 +134,13 @@ func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error)
 		if t.DeletionTimestamp != nil {
 			continue
 		}
-		if err := w.r.Client.Delete(ctx, t); client.IgnoreNotFound(err) != nil {
+		deleted, err := deleteDependent(ctx, w.r.Client, w.r.APIReader, t, controllerOf(t).UID)
+		if err != nil {
 			return ctrlkit.RequeueIfErrorAndWrap("delete Task "+t.Name, err)
 		}
-		log.FromContext(ctx).Info("deleted task", "Task", t.Name, "state", t.Status.State)
+		if deleted {
+			log.FromContext(ctx).Info("deleted task", "Task", t.Name, "state", t.Status.State)
+		}
 	}
 	return ctrlkit.NoRequeue()
 }

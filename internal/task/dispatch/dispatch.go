@@ -349,7 +349,7 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 		s.TimeoutSeconds = int64((t.Spec.Timeout.Duration + time.Second - 1) / time.Second)
 	}
 	if t.Spec.KillTimeout != nil {
-		s.KillTimeoutSeconds = int64(t.Spec.KillTimeout.Duration.Round(time.Second) / time.Second)
+		s.KillTimeoutSeconds = int64((t.Spec.KillTimeout.Duration + time.Second - 1) / time.Second)
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
