@@ -170,16 +170,23 @@ func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.Node
 func newDescribeCommand(g *globalOptions) *cobra.Command {
 	var namespace string
 	cmd := &cobra.Command{
-		Use:   "describe nodeupgradejob|imageprepulljob|task NAME",
-		Short: "Show a node job with every node's detail, or a task with its attempts and output",
+		Use:   "describe nodeupgradejob|imageprepulljob|fleetjob|taskgroup|task NAME",
+		Short: "Show a node job with every node's detail, a fleet job or task group with its tasks, or a task with its attempts and output",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if batchKinds[strings.ToLower(args[0])] == "Task" {
+			switch kind := batchKinds[strings.ToLower(args[0])]; kind {
+			case "Task":
 				return describeTaskCommand(cmd, g, g.namespace(namespace), args[1])
+			case "FleetJob", "TaskGroup":
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				return describeGroupOrJob(cmd.Context(), cmd.OutOrStdout(), c, kind, g.namespace(namespace), args[1], time.Now())
 			}
 			k, ok := findJobKind(args[0])
 			if !ok {
-				return fmt.Errorf("unknown kind %q: want nodeupgradejob or imageprepulljob", args[0])
+				return fmt.Errorf("unknown kind %q: want nodeupgradejob, imageprepulljob, fleetjob, taskgroup or task", args[0])
 			}
 			c, err := g.client()
 			if err != nil {
@@ -192,7 +199,7 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 			return describeJob(cmd.Context(), cmd.OutOrStdout(), c, j, time.Now())
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of a task"+namespaceFlagHelp)
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of a fleet job, task group or task"+namespaceFlagHelp)
 	return cmd
 }
 

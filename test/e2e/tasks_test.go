@@ -122,6 +122,12 @@ func TestTasks(t *testing.T) {
 		if err != nil || !strings.Contains(out, "scanning survey-scan-0") {
 			t.Errorf("drover logs: err %v, output:\n%s", err, out)
 		}
+		out, err = c.cli(t, "describe", "fj", "survey", "-n", taskNS)
+		for _, want := range []string{"Completed", "3 total: 0 pending, 0 active", "restart Never, reschedule OnNodeLost", "survey-scan", "survey-idle-0", "Condition Complete:"} {
+			if err != nil || !strings.Contains(out, want) {
+				t.Errorf("drover describe fj lacks %q (err %v):\n%s", want, err, out)
+			}
+		}
 	})
 
 	t.Run("a non-zero exit fails the task with its exit code", func(t *testing.T) {
