@@ -276,14 +276,17 @@ func describeTask(w io.Writer, t *batchv1.Task, now time.Time) {
 		fmt.Fprintln(w, "Attempts:")
 		hw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 		fmt.Fprintln(hw, "  ATTEMPT\tNODE\tSTATE\tREASON\tEXIT\tSTARTED\tFINISHED")
-		for _, a := range st.History {
-			ts := func(t *metav1.Time) string {
-				if t == nil {
-					return "<none>"
-				}
-				return t.UTC().Format(time.RFC3339)
+		ts := func(t *metav1.Time) string {
+			if t == nil {
+				return "<none>"
 			}
+			return t.UTC().Format(time.RFC3339)
+		}
+		for _, a := range st.History {
 			fmt.Fprintf(hw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, orNone(a.Node), orNone(string(a.State)), orNone(a.Reason), exitCode(a.ExitCode), ts(a.StartTime), ts(a.FinishTime))
+		}
+		if last := st.History[len(st.History)-1]; st.Attempt > last.Attempt {
+			fmt.Fprintf(hw, "  %d (now)\t%s\t%s\t%s\t%s\t%s\t%s\n", st.Attempt, orNone(st.NodeName), orNone(string(st.State)), orNone(st.Reason), exitCode(st.ExitCode), ts(st.StartTime), ts(st.FinishTime))
 		}
 		hw.Flush()
 	}
@@ -298,7 +301,7 @@ func describeTask(w io.Writer, t *batchv1.Task, now time.Time) {
 		printIndented(w, st.History[n-1].OutputTail)
 	}
 	if st.OutputTail != "" {
-		fmt.Fprintln(w, "Output (tail; `drover logs` shows all):")
+		fmt.Fprintln(w, "Output (tail of stdout and stderr; `drover logs [--stream stderr]` shows all):")
 		printIndented(w, st.OutputTail)
 	}
 }

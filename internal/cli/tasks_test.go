@@ -51,7 +51,8 @@ func TestDescribeTask(t *testing.T) {
 		"Timeout:         1m0s",
 		"OnFailure, reschedule OnNodeLost, at most 3 attempts",
 		"  State:         Running", "  Node:          edge-2", "  Attempt:       2",
-		"  1         edge-1   Failed   timeout   137",
+		"  1         edge-1   Failed    timeout   137",
+		"  2 (now)   edge-2   Running   <none>",
 		"  first line\n  second line\n",
 		"Output of attempt 1 (tail; `drover logs --previous`):\n  stuck\n",
 	} {

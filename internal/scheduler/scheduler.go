@@ -53,8 +53,8 @@ type Preference struct {
 	Selector labels.Selector
 }
 
-// TaskFrom reads a Task. The error is an invalid nodeSelector; such a task
-// cannot be placed.
+// TaskFrom reads a Task. The error is an invalid selector or a negative
+// resource; such a task cannot be placed.
 func TaskFrom(t *batchv1.Task) (Task, error) {
 	out := Task{
 		Key:       t.Namespace + "/" + t.Name,
@@ -73,6 +73,13 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 			return out, fmt.Errorf("invalid nodeSelector: %w", err)
 		}
 		out.Selector = s
+	}
+	for name, q := range t.Spec.Resources {
+		if q.Sign() < 0 {
+			// The API refuses these; one stored before it did must not
+			// make room on a node by holding less than nothing.
+			return out, fmt.Errorf("invalid resources: %s is negative (%s)", name, q.String())
+		}
 	}
 	for i, p := range t.Spec.PreferredNodes {
 		s, err := metav1.LabelSelectorAsSelector(&p.Selector)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,5 +252,12 @@ func TestTaskFromRejectsABadSelector(t *testing.T) {
 	bad := &batchv1.Task{Spec: batchv1.TaskSpec{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Sideways"}}}}}
 	if _, err := TaskFrom(bad); err == nil {
 		t.Error("TaskFrom accepted an invalid selector")
+	}
+}
+
+func TestTaskFromRejectsNegativeResources(t *testing.T) {
+	tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t"}, Spec: batchv1.TaskSpec{Resources: res("cpu", "-100")}}
+	if _, err := TaskFrom(tk); err == nil || !strings.Contains(err.Error(), "cpu is negative") {
+		t.Errorf("TaskFrom(cpu -100) = %v, want a refusal", err)
 	}
 }

@@ -131,7 +131,7 @@ type TaskSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=4096
-	// +kubebuilder:validation:XValidation:rule="self[0].size() > 0",message="command[0] must name a program"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[0].size() > 0",message="command[0] must name a program"
 	Command []string `json:"command"`
 	// env of the process, added to a minimal environment (PATH, HOME).
 	// +kubebuilder:validation:MaxItems=128

@@ -97,6 +97,9 @@ func TestTaskValidation(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error %q does not mention %q", err, tt.wantErr)
 			}
+			if strings.Contains(err.Error(), "evaluating rule") {
+				t.Errorf("a CEL rule failed to evaluate instead of saying what is wrong: %v", err)
+			}
 		})
 	}
 }
@@ -205,5 +208,18 @@ func TestDurationValidation(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// An empty argv is refused for what it is, not with a CEL evaluation error.
+func TestEmptyCommand(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": batchv1.GroupVersion.String(), "kind": "Task",
+		"metadata": map[string]any{"name": "empty-argv", "namespace": "default"},
+		"spec":     map[string]any{"command": []any{}},
+	}}
+	err := env.Client.Create(context.Background(), u)
+	if err == nil || !strings.Contains(err.Error(), "spec.command") || strings.Contains(err.Error(), "evaluating rule") {
+		t.Errorf("command: [] gave %v; want a plain refusal", err)
 	}
 }

@@ -170,7 +170,9 @@ func lose(t *batchv1.Task, now time.Time, reason, why string) *change {
 	st := t.Status.DeepCopy()
 	n := st.Attempt
 	finish := metav1.NewTime(now)
-	record(st, st.State, reason, &finish)
+	// Recorded Failed: whatever state it was last seen in, the attempt is
+	// over (its process, if any, is stopped when the node comes back).
+	record(st, batchv1.TaskFailed, reason, &finish)
 	if t.Spec.ReschedulePolicy != batchv1.RescheduleNever && n < maxAttempts(t) {
 		nextAttempt(st, reason, fmt.Sprintf("attempt %d lost: %s; attempt %d is rescheduled", n, why, n+1))
 		return &change{status: *st, eventType: corev1.EventTypeWarning, reason: reason, note: st.Message, metric: "reschedule"}

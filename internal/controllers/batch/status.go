@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,6 +178,10 @@ func deleteDependent(ctx context.Context, c client.Client, reader client.Reader,
 		}
 		uid, rv := fresh.GetUID(), fresh.GetResourceVersion()
 		err := c.Delete(ctx, fresh, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		if apierrors.IsConflict(err) {
+			// Changed since read: its update event brings the owner back.
+			return false, nil
+		}
 		return err == nil, client.IgnoreNotFound(err)
 	}
 	err := c.Delete(ctx, obj)

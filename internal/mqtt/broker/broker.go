@@ -232,6 +232,23 @@ func (q quiet) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level == slog.LevelInfo {
 		r.Level = slog.LevelDebug
 	}
+	if r.Message == "" {
+		// mochi's listeners log the end of every client connection as a
+		// bare warning with its error, EOF when the client just left.
+		level, msg := r.Level, "mqtt client connection ended with an error"
+		r.Attrs(func(a slog.Attr) bool {
+			if err, ok := a.Value.Any().(error); ok && a.Key == "error" && errors.Is(err, io.EOF) {
+				level, msg = slog.LevelDebug, "mqtt client disconnected"
+			}
+			return true
+		})
+		if !q.Handler.Enabled(ctx, level) {
+			return nil
+		}
+		out := slog.NewRecord(r.Time, level, msg, r.PC)
+		r.Attrs(func(a slog.Attr) bool { out.AddAttrs(a); return true })
+		r = out
+	}
 	return q.Handler.Handle(ctx, r)
 }
 

@@ -3,6 +3,9 @@ package broker
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -119,5 +122,26 @@ func TestWriteMosquitto(t *testing.T) {
 	}
 	if _, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "no-port"}); err == nil {
 		t.Error("a listen address without a port was accepted")
+	}
+}
+
+// mochi's bare warning at the end of each client connection becomes a
+// debug line with a message when the client just left (EOF), and a warning
+// that says what it is otherwise.
+func TestQuietRewritesBareConnectionWarnings(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(quiet{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	log.Warn("", "error", io.EOF)
+	if buf.Len() != 0 {
+		t.Errorf("a client leaving logged at warn: %s", buf.String())
+	}
+	log.Warn("", "error", errors.New("tls: bad certificate"))
+	if got := buf.String(); !strings.Contains(got, `level=WARN msg="mqtt client connection ended with an error"`) || !strings.Contains(got, "bad certificate") {
+		t.Errorf("got %q", got)
+	}
+	buf.Reset()
+	log.Info("client connected")
+	if buf.Len() != 0 {
+		t.Errorf("info is lowered to debug: got %q", buf.String())
 	}
 }

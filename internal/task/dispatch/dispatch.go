@@ -673,7 +673,7 @@ func (d *Dispatcher) cleanup(ctx context.Context, t *batchv1.Task) (reconcile.Re
 			// Its agent cancels the attempt when its next snapshot (on
 			// reconnect, to whichever hub) leaves it out. (Online on this
 			// hub without a stream: it left, and is not Offline yet.)
-			return d.release(ctx, t, fmt.Sprintf("node %s is not connected to any hub (%s); it stops the attempt when it reconnects", node, fn.Status.Phase))
+			return d.release(ctx, t, fmt.Sprintf("node %s is not connected to any hub (its FleetNode is %s); it stops the attempt when it reconnects", node, fn.Status.Phase))
 		}
 		// Another hub serves the node and cancels it; wait for it, up to
 		// the timeout.
