@@ -586,7 +586,7 @@ func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 	if tk.Status.NodeName != "offline-2" {
 		t.Errorf("attempt 2 on %s", tk.Status.NodeName)
 	}
-	if h := tk.Status.History; len(h) != 1 || h[0].Attempt != 1 || h[0].Node != "offline-1" || h[0].State != batchv1.TaskRunning || h[0].Reason != batchv1.ReasonNodeLost || h[0].FinishTime == nil {
+	if h := tk.Status.History; len(h) != 1 || h[0].Attempt != 1 || h[0].Node != "offline-1" || h[0].State != batchv1.TaskFailed || h[0].StartTime == nil || h[0].Reason != batchv1.ReasonNodeLost || h[0].FinishTime == nil {
 		t.Errorf("history = %+v", h)
 	}
 	if d := counter(t, "drover_task_reschedules_total", "reason", batchv1.ReasonNodeLost) - lostBefore; d != 1 {
@@ -634,7 +634,7 @@ func TestDispatchTimeoutStartsANewAttempt(t *testing.T) {
 	clock.Step(31 * time.Second)
 	poke(t, ns, "stuck")
 	got := waitTask(t, ns, "stuck", "attempt 2", func(tk *batchv1.Task) bool { return tk.Status.Attempt == 2 && tk.Status.State == batchv1.TaskScheduled })
-	if h := got.Status.History; len(h) != 1 || h[0].Reason != batch.ReasonDispatchTimeout || h[0].State != batchv1.TaskDispatching {
+	if h := got.Status.History; len(h) != 1 || h[0].Reason != batch.ReasonDispatchTimeout || h[0].State != batchv1.TaskFailed || h[0].StartTime != nil {
 		t.Errorf("history = %+v", h)
 	}
 }
@@ -768,7 +768,7 @@ func TestFinishedJobStaysFinished(t *testing.T) {
 	testenv.Never(t, 2*time.Second, "a finished job's deleted task is made again", func(ctx context.Context) (bool, error) {
 		var tk batchv1.Task
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "once-g-0"}, &tk)
-		return err == nil, client.IgnoreNotFound(err)
+		return err == nil, nil
 	})
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &fj); err != nil {
 		t.Fatal(err)
