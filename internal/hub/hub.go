@@ -204,6 +204,10 @@ type Hub struct {
 	kubeCAs   atomic.Pointer[[]*x509.Certificate]
 	clientCAs atomic.Pointer[x509.CertPool]
 
+	// stopping is set when the hub shuts down: its streams end then, and
+	// that says nothing of the nodes.
+	stopping atomic.Bool
+
 	// logMu guards logReqs: TaskLogs calls waiting for chunks, by request id.
 	logMu   sync.Mutex
 	logReqs map[string]*logRequest
@@ -337,6 +341,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	g.Go(func() error { return h.refreshKubeClientCA(ctx) })
 	g.Go(func() error {
 		<-ctx.Done()
+		h.stopping.Store(true)
 		h.closeAllSessions()
 		stopped := make(chan struct{})
 		go func() { srv.GracefulStop(); close(stopped) }()

@@ -7,7 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -523,4 +529,45 @@ func TestWorkFollowsTheNodeToAnotherHub(t *testing.T) {
 	if len(states) == 0 {
 		t.Fatal("hub B got no NodeState")
 	}
+}
+
+// A node whose stream ends says so at once (Ready Unknown, Disconnected,
+// still Online, so that the scheduler places nothing new on it while the
+// offline timeout runs), and is Ready again when it reconnects. A hub that
+// stops writes nothing of the kind: its nodes are moving elsewhere.
+func TestDisconnectedNodeIsMarked(t *testing.T) {
+	f := newFixture(t, "hub-disconnect")
+	h := f.startHub(Options{Name: "hub-disconnect", OfflineTimeout: time.Hour})
+	const node = "disconnect-node"
+	opts := f.agentOpts(node, h, newRunner())
+	a := f.startAgent(opts)
+	waitConnected(t, h, node)
+	ready := func(status metav1.ConditionStatus, reason string) {
+		t.Helper()
+		testenv.Eventually(t, waitTimeout, fmt.Sprintf("Ready %s/%s", status, reason), func(ctx context.Context) (bool, error) {
+			var n fleetv1.FleetNode
+			if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+			if c == nil || c.Status != status || c.Reason != reason || n.Status.Phase != fleetv1.FleetNodeOnline {
+				return false, fmt.Errorf("phase %s, Ready %+v", n.Status.Phase, c)
+			}
+			return true, nil
+		})
+	}
+	ready(metav1.ConditionTrue, fleetv1.ReasonConnected)
+	a.stop(t)
+	ready(metav1.ConditionUnknown, fleetv1.ReasonDisconnected)
+	f.startAgent(opts)
+	waitConnected(t, h, node)
+	ready(metav1.ConditionTrue, fleetv1.ReasonConnected)
+	h.stop(t)
+	testenv.Never(t, settle, "a stopping hub marks its node Disconnected", func(ctx context.Context) (bool, error) {
+		var n fleetv1.FleetNode
+		if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionPresentAndEqual(n.Status.Conditions, fleetv1.ReadyCondition, metav1.ConditionUnknown), nil
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -408,13 +409,17 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	}
 	defer func() {
 		h.mu.Lock()
-		if h.sessions[node] == s {
+		last := h.sessions[node] == s
+		if last {
 			delete(h.sessions, node)
 			h.live.Disconnected(node)
 		}
 		h.metrics.sessions.Set(float64(len(h.sessions)))
 		h.mu.Unlock()
 		s.close("stream ended")
+		if last && !h.stopping.Load() {
+			h.markDisconnected(context.WithoutCancel(ctx), node)
+		}
 	}()
 
 	h.markOnline(ctx, node, req, now)
@@ -486,6 +491,34 @@ func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessa
 		n.Status.LastHeartbeatTime = &t
 		n.Status.ObservedGeneration = n.Generation
 		applyInfo(n, req.GetInfo())
+		return true
+	})
+}
+
+// markDisconnected says on the FleetNode that its stream to this hub ended:
+// Ready Unknown, reason Disconnected, the phase still Online (the liveness
+// tracker makes it Offline after the offline timeout). The scheduler places
+// nothing new on it meanwhile. Nothing is written if the node has a stream
+// again, here or on another hub (the status names that hub): the
+// optimistic lock makes a reconnect's write and this one see each other.
+func (h *Hub) markDisconnected(ctx context.Context, node string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	now := h.opts.Now()
+	h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
+		if h.Connected(node) || n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
+			return false
+		}
+		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		if c != nil && c.Status == metav1.ConditionUnknown {
+			return false
+		}
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonDisconnected,
+			Message: fmt.Sprintf("the agent's stream to hub %s ended at %s; Offline after %s unless it reconnects",
+				h.opts.Name, now.UTC().Format(time.RFC3339), h.opts.OfflineTimeout),
+			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
 		return true
 	})
 }

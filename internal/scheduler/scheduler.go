@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
@@ -21,11 +22,15 @@ type Node struct {
 	Phase         fleetv1.FleetNodePhase
 	Unschedulable bool
 	Capacity      corev1.ResourceList
+	// Disconnected: Online, but its agent's stream to its hub ended.
+	Disconnected bool
 }
 
 // NodeFrom reads a FleetNode.
 func NodeFrom(n *fleetv1.FleetNode) Node {
-	return Node{Name: n.Name, Labels: n.Labels, Phase: n.Status.Phase, Unschedulable: n.Spec.Unschedulable, Capacity: n.Status.Capacity}
+	ready := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+	return Node{Name: n.Name, Labels: n.Labels, Phase: n.Status.Phase, Unschedulable: n.Spec.Unschedulable, Capacity: n.Status.Capacity,
+		Disconnected: ready != nil && ready.Status == metav1.ConditionUnknown && ready.Reason == fleetv1.ReasonDisconnected}
 }
 
 // Task is what the scheduler knows of a Task.
@@ -110,6 +115,9 @@ func Sort(tasks []Task) {
 const (
 	ReasonNodeName      = "did not match nodeName"
 	ReasonUnschedulable = "unschedulable"
+	// ReasonDisconnected: Online, but its agent's stream ended (it may be
+	// gone; Offline after the offline timeout unless it reconnects).
+	ReasonDisconnected = "Disconnected"
 	ReasonSelector      = "did not match nodeSelector"
 	ReasonSpread        = "did not satisfy spread constraint"
 	// ReasonInsufficient is followed by the resource's name.
@@ -234,6 +242,8 @@ func (n *node) staticReason(t Task) string {
 		return string(n.Phase)
 	case n.Unschedulable:
 		return ReasonUnschedulable
+	case n.Disconnected:
+		return ReasonDisconnected
 	case t.Selector != nil && !t.Selector.Matches(labels.Set(n.Labels)):
 		return ReasonSelector
 	}

@@ -189,6 +189,14 @@ func TestPlace(t *testing.T) {
 			want: "b",
 		},
 		{
+			name: "a disconnected node takes no new work",
+			nodes: []Node{{Name: "gone", Phase: fleetv1.FleetNodeOnline, Disconnected: true},
+				{Name: "busy", Phase: fleetv1.FleetNodeOnline, Capacity: res("cpu", "1")}},
+			held:    []held{{task("h1", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }), "busy"}},
+			task:    task("t", func(t *batchv1.Task) { t.Spec.Resources = res("cpu", "1") }),
+			message: "0/2 nodes are available: 1 Disconnected, 1 insufficient cpu.",
+		},
+		{
 			name:    "no nodes",
 			task:    task("t", nil),
 			message: "0/0 nodes are available: no FleetNodes.",
@@ -259,5 +267,17 @@ func TestTaskFromRejectsNegativeResources(t *testing.T) {
 	tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t"}, Spec: batchv1.TaskSpec{Resources: res("cpu", "-100")}}
 	if _, err := TaskFrom(tk); err == nil || !strings.Contains(err.Error(), "cpu is negative") {
 		t.Errorf("TaskFrom(cpu -100) = %v, want a refusal", err)
+	}
+}
+
+func TestNodeFromReadsDisconnected(t *testing.T) {
+	n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: fleetv1.FleetNodeStatus{Phase: fleetv1.FleetNodeOnline,
+		Conditions: []metav1.Condition{{Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonDisconnected}}}}
+	if !NodeFrom(n).Disconnected {
+		t.Error("Ready Unknown/Disconnected not read as disconnected")
+	}
+	n.Status.Conditions[0].Status, n.Status.Conditions[0].Reason = metav1.ConditionTrue, fleetv1.ReasonConnected
+	if NodeFrom(n).Disconnected {
+		t.Error("Ready True read as disconnected")
 	}
 }

@@ -9,6 +9,11 @@ const (
 	ReasonConnected = "Connected"
 	// ReasonMovedHub: the agent reconnected to another hub before the offline timeout.
 	ReasonMovedHub = "MovedHub"
+	// ReasonDisconnected (Ready Unknown, the node still Online): the
+	// agent's stream to its hub ended; the node goes Offline after the
+	// offline timeout unless it reconnects. No new work is placed on it
+	// meanwhile.
+	ReasonDisconnected = "Disconnected"
 	// ReasonHeartbeatTimeout: no heartbeat within the offline timeout.
 	ReasonHeartbeatTimeout = "HeartbeatTimeout"
 	// ReasonHubLost: the node's hub stopped renewing its Lease and no other hub took the node over in time.

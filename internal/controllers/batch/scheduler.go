@@ -98,6 +98,7 @@ func taskMatters(e event.UpdateEvent) bool {
 func nodeMatters(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld.(*fleetv1.FleetNode), e.ObjectNew.(*fleetv1.FleetNode)
 	return o.Status.Phase != n.Status.Phase || o.Spec.Unschedulable != n.Spec.Unschedulable ||
+		scheduler.NodeFrom(o).Disconnected != scheduler.NodeFrom(n).Disconnected ||
 		!equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity)
 }
 
