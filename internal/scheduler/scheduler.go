@@ -7,8 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
@@ -118,8 +118,8 @@ const (
 	// ReasonDisconnected: Online, but its agent's stream ended (it may be
 	// gone; Offline after the offline timeout unless it reconnects).
 	ReasonDisconnected = "Disconnected"
-	ReasonSelector      = "did not match nodeSelector"
-	ReasonSpread        = "did not satisfy spread constraint"
+	ReasonSelector     = "did not match nodeSelector"
+	ReasonSpread       = "did not satisfy spread constraint"
 	// ReasonInsufficient is followed by the resource's name.
 	ReasonInsufficient = "insufficient "
 	// ReasonMissingLabel is followed by the spread's topology key.
