@@ -72,6 +72,10 @@ type session struct {
 	// which the stream sends once its queue is empty.
 	resync     bool
 	resyncMark uint64
+	// snap is a snapshot that met a full queue (a burst while it was
+	// built): the stream sends it before what is queued, which it
+	// supersedes (the agent acks those as stale).
+	snap *agentv1.Envelope
 }
 
 // newSession starts a stream's bookkeeping. hubRev is the last hub->agent
@@ -204,10 +208,26 @@ func (s *session) pushLocked(env *agentv1.Envelope) error {
 		s.pending[env.GetId()] = env
 		return nil
 	default:
-		// Only a snapshot meets a full queue (the rest wait for resync).
+	}
+	// Only a snapshot meets a full queue (the rest wait for resync). It
+	// carries the node's whole state at a later revision than anything
+	// queued, so it may go first.
+	if env.GetKind() != agentv1.Kind_KIND_SNAPSHOT || s.snap != nil {
 		s.closeLocked("send queue full")
 		return errors.New("send queue full; the agent will resync on reconnect")
 	}
+	s.snap = env
+	s.pending[env.GetId()] = env
+	return nil
+}
+
+// takeSnap returns a snapshot waiting to go ahead of the queue, if any.
+func (s *session) takeSnap() *agentv1.Envelope {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	env := s.snap
+	s.snap = nil
+	return env
 }
 
 // needsResync reports whether the queue was full and has drained since: the
@@ -449,6 +469,12 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		if env := next; env != nil {
 			next = nil
 			if err := forward(env); err != nil {
+				return err
+			}
+			continue
+		}
+		if snap := s.takeSnap(); snap != nil {
+			if err := send(snap); err != nil {
 				return err
 			}
 			continue

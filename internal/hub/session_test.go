@@ -332,3 +332,37 @@ func TestFullQueueResyncsWithASnapshot(t *testing.T) {
 		t.Errorf("next envelope %v, want the Dispatch of after", env)
 	}
 }
+
+// TestFirstSnapshotAfterABurst: Dispatches that fill the queue before the
+// session's first snapshot is built do not close the stream: the snapshot,
+// which carries them all, goes ahead of the queue.
+func TestFirstSnapshotAfterABurst(t *testing.T) {
+	const node = "n1"
+	h, s := bareHub(node)
+	for i := range sendQueue + 5 {
+		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: fmt.Sprintf("b-%d", i), Type: "noop"}); err != nil {
+			t.Fatalf("dispatch %d: %v", i, err)
+		}
+	}
+	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
+		t.Fatalf("first snapshot after a burst: %v", err)
+	}
+	if s.reason != "" {
+		t.Fatalf("session closed: %s", s.reason)
+	}
+	snap := s.takeSnap()
+	if snap == nil {
+		t.Fatal("no snapshot waiting ahead of the full queue")
+	}
+	if n := len(snap.GetSnapshot().GetItems()); n != sendQueue+5 {
+		t.Errorf("snapshot holds %d items, want %d", n, sendQueue+5)
+	}
+	if snap.GetRevision() <= uint64(sendQueue+5) {
+		t.Errorf("snapshot at revision %d, not after the queued dispatches", snap.GetRevision())
+	}
+	// Its ack settles everything queued before it.
+	s.ack(snap.GetId())
+	if n := h.Pending(node); n != 0 {
+		t.Errorf("%d envelopes pending after the snapshot's ack", n)
+	}
+}
