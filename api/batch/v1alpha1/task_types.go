@@ -285,6 +285,9 @@ type TaskStatus struct {
 // +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`,priority=1
+// +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.metadata.labels.batch\.drover\.io/taskgroup`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 type Task struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
