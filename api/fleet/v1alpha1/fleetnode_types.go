@@ -115,6 +115,7 @@ type FleetNodeStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=fn,categories=drover
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="why the node is or is not ready: Connected, Disconnected, HeartbeatTimeout, …"
 // +kubebuilder:printcolumn:name="Approved",type=boolean,JSONPath=`.spec.approved`
 // +kubebuilder:printcolumn:name="Hub",type=string,JSONPath=`.status.hub`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`
