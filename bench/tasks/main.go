@@ -399,9 +399,14 @@ func (r *runner) runMode(ctx context.Context, m mode) (result, error) {
 	if err := r.waitOnline(ctx, m.key, r.o.agents, 2*time.Minute); err != nil {
 		return res, err
 	}
-	logf("%s: %d agents Online; %d tasks one at a time", m.name, r.o.agents, r.o.latencyTasks)
-	if res.idle50, res.idle99, err = r.runIdle(ctx, m.key); err != nil {
-		return res, err
+	if r.o.latencyTasks > 0 {
+		logf("%s: %d agents Online; %d tasks one at a time", m.name, r.o.agents, r.o.latencyTasks)
+		if res.idle50, res.idle99, err = r.runIdle(ctx, m.key); err != nil {
+			return res, err
+		}
+	}
+	if r.o.tasks == 0 {
+		return res, nil
 	}
 	logf("%s: creating %d tasks at once", m.name, r.o.tasks)
 	return r.runTasks(ctx, m.key, res)
