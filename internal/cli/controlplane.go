@@ -125,6 +125,11 @@ func (o *controlPlaneOptions) Run(ctx context.Context) error {
 	if len(manifests) > 0 {
 		log.Info("CRDs installed", "dir", o.crdDir, "files", len(manifests))
 	}
+	if err := installPolicies(ctx, cp.RESTConfig()); err != nil {
+		stop()
+		_ = cp.Wait()
+		return err
+	}
 	kubeconfig, err := filepath.Abs(cp.KubeconfigPath())
 	if err != nil {
 		return err

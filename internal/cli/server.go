@@ -14,8 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/drover-fleet/drover/config/admission"
 	"github.com/drover-fleet/drover/config/crd"
 	"github.com/drover-fleet/drover/internal/controlplane"
 	"github.com/drover-fleet/drover/internal/hub"
@@ -107,6 +109,9 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	if err := controlplane.InstallCRDs(ctx, cfg, manifests); err != nil {
 		return err
 	}
+	if err := installPolicies(ctx, cfg); err != nil {
+		return err
+	}
 	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		return err
@@ -155,4 +160,17 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	err = g.Wait()
 	log.Info("drover server stopped")
 	return err
+}
+
+// installPolicies installs the admission policies embedded from
+// config/admission, which hold the API rules the CRD schemas cannot.
+func installPolicies(ctx context.Context, cfg *rest.Config) error {
+	manifests, err := admission.Manifests()
+	if err != nil {
+		return err
+	}
+	if err := controlplane.InstallPolicies(ctx, cfg, manifests); err != nil {
+		return fmt.Errorf("install the admission policies of config/admission: %w", err)
+	}
+	return nil
 }

@@ -81,8 +81,9 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 	}
 	for name, q := range t.Spec.Resources {
 		if q.Sign() < 0 {
-			// The API refuses these; one stored before it did must not
-			// make room on a node by holding less than nothing.
+			// The API refuses these (config/admission); one stored
+			// before it did, or in a cluster without the policy, must
+			// not make room on a node by holding less than nothing.
 			return out, fmt.Errorf("invalid resources: %s is negative (%s)", name, q.String())
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -221,5 +223,54 @@ func TestEmptyCommand(t *testing.T) {
 	err := env.Client.Create(context.Background(), u)
 	if err == nil || !strings.Contains(err.Error(), "spec.command") || strings.Contains(err.Error(), "evaluating rule") {
 		t.Errorf("command: [] gave %v; want a plain refusal", err)
+	}
+}
+
+// TestNegativeResources checks the admission policy of
+// config/admission/batch_resources.yaml, which `drover controlplane`
+// installs with the CRDs: a negative quantity is refused on each kind,
+// with the path of the one at fault, and nothing is stored.
+func TestNegativeResources(t *testing.T) {
+	ctx := context.Background()
+	neg := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "gpu": resource.MustParse("-500m")}
+	spec := batchv1.TaskSpec{Command: []string{"true"}, Resources: neg}
+	tests := []struct {
+		obj  client.Object
+		want string
+	}{
+		{&batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "neg-task", Namespace: "default"}, Spec: spec},
+			"spec.resources.gpu is negative"},
+		{&batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Name: "neg-group", Namespace: "default"},
+			Spec: batchv1.TaskGroupSpec{Count: 2, Template: batchv1.TaskTemplate{Spec: spec}}},
+			"spec.template.spec.resources.gpu is negative"},
+		{&batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Name: "neg-job", Namespace: "default"},
+			Spec: batchv1.FleetJobSpec{TaskGroups: []batchv1.TaskGroupTemplate{
+				{Name: "fine", Count: 1, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}},
+				{Name: "scan", Count: 1, Template: batchv1.TaskTemplate{Spec: spec}},
+			}}},
+			"spec.taskGroups[scan].template.spec.resources.gpu is negative"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%T", tt.obj), func(t *testing.T) {
+			// The apiserver enforces a policy about a second after it is
+			// created; the control plane may have just started.
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if err = env.Client.Create(ctx, tt.obj.DeepCopyObject().(client.Object)); err != nil {
+					break
+				}
+				if err := env.Client.Delete(ctx, tt.obj); err != nil {
+					t.Fatalf("delete what was accepted before the policy was loaded: %v", err)
+				}
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("create with a negative quantity: %v; want an error saying %q", err, tt.want)
+			}
+		})
+	}
+	ok := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "zero-task", Namespace: "default"},
+		Spec: batchv1.TaskSpec{Command: []string{"true"}, Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}
+	if err := env.Client.Create(ctx, ok); err != nil {
+		t.Fatalf("zero and positive quantities: %v", err)
 	}
 }
