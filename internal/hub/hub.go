@@ -219,10 +219,12 @@ func New(opts Options) (*Hub, error) {
 		return nil, err
 	}
 	return &Hub{
-		opts:     opts,
-		log:      opts.Logger.With("hub", opts.Name),
-		metrics:  newMetrics(opts.Registerer),
-		live:     liveness.New(liveness.Options{OfflineTimeout: opts.OfflineTimeout, RefreshInterval: opts.HeartbeatRefresh}),
+		opts:    opts,
+		log:     opts.Logger.With("hub", opts.Name),
+		metrics: newMetrics(opts.Registerer),
+		live: liveness.New(liveness.Options{OfflineTimeout: opts.OfflineTimeout, RefreshInterval: opts.HeartbeatRefresh,
+			// A node that was connected reconnects within a heartbeat or two.
+			AdoptGrace: min(2*opts.HeartbeatInterval, opts.OfflineTimeout/2)}),
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},

@@ -571,3 +571,67 @@ func TestDisconnectedNodeIsMarked(t *testing.T) {
 		return meta.IsStatusConditionPresentAndEqual(n.Status.Conditions, fleetv1.ReadyCondition, metav1.ConditionUnknown), nil
 	})
 }
+
+// TestRestartedHubAdoptsItsNodes: a node the API shows Online at a hub that
+// restarted, and that never connects to the new process, is first marked
+// Disconnected (no new work) and then Offline, as if the hub had always
+// tracked it; a node Online at another hub is left alone.
+func TestRestartedHubAdoptsItsNodes(t *testing.T) {
+	f := newFixture(t, "hub-adopt")
+	ctx := context.Background()
+	before := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	online := func(name, hub string) {
+		t.Helper()
+		n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: fleetv1.FleetNodeSpec{Approved: true}}
+		if err := f.c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Phase, n.Status.Hub, n.Status.LastHeartbeatTime = fleetv1.FleetNodeOnline, hub, &before
+		setReady(n, true, fleetv1.ReasonConnected, "connected before the restart", before.Time)
+		if err := f.c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	online("adopt-gone", "hub-adopt")
+	online("adopt-other", "hub-elsewhere")
+	f.startHub(Options{Name: "hub-adopt", OfflineTimeout: 4 * time.Second, HeartbeatInterval: time.Second})
+
+	get := func(ctx context.Context, name string) (*fleetv1.FleetNode, *metav1.Condition, error) {
+		var n fleetv1.FleetNode
+		if err := f.c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return nil, nil, err
+		}
+		return &n, meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition), nil
+	}
+	testenv.Eventually(t, waitTimeout, "the unconnected node marked Disconnected", func(ctx context.Context) (bool, error) {
+		n, c, err := get(ctx, "adopt-gone")
+		if err != nil {
+			return false, err
+		}
+		if n.Status.Phase == fleetv1.FleetNodeOffline {
+			return false, fmt.Errorf("Offline before it was marked Disconnected: %+v", c)
+		}
+		return c != nil && c.Status == metav1.ConditionUnknown && c.Reason == fleetv1.ReasonDisconnected &&
+			strings.Contains(c.Message, "not connected since hub hub-adopt restarted"), nil
+	})
+	testenv.Eventually(t, waitTimeout, "the unconnected node Offline", func(ctx context.Context) (bool, error) {
+		n, c, err := get(ctx, "adopt-gone")
+		if err != nil {
+			return false, err
+		}
+		if n.Status.Phase != fleetv1.FleetNodeOffline || c == nil || c.Reason != fleetv1.ReasonHeartbeatTimeout {
+			return false, fmt.Errorf("phase %s, Ready %+v", n.Status.Phase, c)
+		}
+		if !n.Status.LastHeartbeatTime.Equal(&before) {
+			return false, fmt.Errorf("lastHeartbeatTime %v, want the one on record before the restart, %v", n.Status.LastHeartbeatTime, before)
+		}
+		return true, nil
+	})
+	n, c, err := get(ctx, "adopt-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status.Phase != fleetv1.FleetNodeOnline || c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("a node Online at another hub: phase %s, Ready %+v; want it left alone", n.Status.Phase, c)
+	}
+}

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -78,11 +79,15 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 	period := min(max(h.opts.OfflineTimeout/20, 100*time.Millisecond), 5*time.Second)
 	t := time.NewTicker(period)
 	defer t.Stop()
+	adopted := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if !adopted {
+			adopted = h.adoptNodes(ctx)
 		}
 		now := h.opts.Now()
 		h.mu.Lock()
@@ -100,15 +105,26 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 		for _, o := range due.Offline {
 			last := o.LastSeen
 			h.log.Info("node offline", "node", o.Node, "lastSeen", last)
+			adopted := o.Adopted
 			h.writeStatus(ctx, o.Node, "offline", func(n *fleetv1.FleetNode) bool {
 				if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
 					return false // another hub took it over, or it is already not Online
+				}
+				if adopted {
+					// The last heartbeat the API has is older than this
+					// hub; keep it.
+					setReady(n, false, fleetv1.ReasonHeartbeatTimeout, fmt.Sprintf("not connected since hub %s restarted at %s (last heartbeat on record: %s)",
+						h.opts.Name, last.UTC().Format(time.RFC3339), heartbeatOnRecord(n)), now)
+					return true
 				}
 				setReady(n, false, fleetv1.ReasonHeartbeatTimeout, "no heartbeat since "+last.UTC().Format(time.RFC3339), now)
 				lt := metav1.NewTime(last.Truncate(time.Second))
 				n.Status.LastHeartbeatTime = &lt
 				return true
 			})
+		}
+		for _, u := range due.Unconnected {
+			h.markUnconnected(ctx, u.Node, u.LastSeen)
 		}
 		for _, r := range due.Refresh {
 			seen := r.LastSeen
@@ -122,6 +138,65 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 			})
 		}
 	}
+}
+
+// adoptNodes hands the liveness tracker the nodes the API shows Online at
+// this hub that have not connected to it: after a restart, a node that never
+// comes back must still go Offline (and its tasks be rescheduled). It
+// reports false when the nodes could not be listed; the caller tries again.
+func (h *Hub) adoptNodes(ctx context.Context) bool {
+	var list fleetv1.FleetNodeList
+	if err := h.opts.APIReader.List(ctx, &list); err != nil {
+		if ctx.Err() == nil {
+			h.log.Error("list FleetNodes to adopt the ones Online at this hub; retrying", "err", err)
+		}
+		return false
+	}
+	now := h.opts.Now()
+	var names []string
+	h.mu.Lock()
+	for i := range list.Items {
+		n := &list.Items[i]
+		if n.Status.Hub == h.opts.Name && n.Status.Phase == fleetv1.FleetNodeOnline && h.live.Adopt(n.Name, now) {
+			names = append(names, n.Name)
+		}
+	}
+	h.mu.Unlock()
+	if len(names) > 0 {
+		h.log.Info("adopted nodes Online at this hub before it started; Offline unless they connect",
+			"nodes", len(names), "first", names[0], "within", h.opts.OfflineTimeout)
+	}
+	return true
+}
+
+// markUnconnected marks an adopted node that has not connected within the
+// grace Disconnected, so that the scheduler stops placing work on it while
+// it may still come back.
+func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time) {
+	now := h.opts.Now()
+	h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
+		if h.Connected(node) || n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
+			return false
+		}
+		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		if c != nil && c.Status == metav1.ConditionUnknown {
+			return false
+		}
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonDisconnected,
+			Message: fmt.Sprintf("not connected since hub %s restarted at %s; Offline after %s unless it reconnects",
+				h.opts.Name, since.UTC().Format(time.RFC3339), h.opts.OfflineTimeout),
+			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
+		return true
+	})
+}
+
+func heartbeatOnRecord(n *fleetv1.FleetNode) string {
+	if n.Status.LastHeartbeatTime == nil {
+		return "none"
+	}
+	return n.Status.LastHeartbeatTime.UTC().Format(time.RFC3339)
 }
 
 // LeaseName is the name of a hub's Lease.

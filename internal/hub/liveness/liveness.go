@@ -14,12 +14,18 @@ type Options struct {
 	// is written to the API. Zero means 10 minutes, i.e. 0.1 writes per idle
 	// node per minute.
 	RefreshInterval time.Duration
+	// AdoptGrace is how long an adopted node may take to connect before it
+	// is reported Disconnected (Due.Unconnected). Zero means 1 minute.
+	AdoptGrace time.Duration
 }
 
 type entry struct {
 	lastSeen    time.Time // last heartbeat or connect
 	lastWritten time.Time // last time the API got a lastHeartbeatTime
 	connected   bool
+	// adopted is set from Adopt until the node connects; reported says
+	// that Tick has listed it in Due.Unconnected.
+	adopted, reported bool
 }
 
 // Tracker tracks the nodes one hub has heard from.
@@ -36,6 +42,9 @@ func New(opts Options) *Tracker {
 	if opts.RefreshInterval <= 0 {
 		opts.RefreshInterval = 10 * time.Minute
 	}
+	if opts.AdoptGrace <= 0 {
+		opts.AdoptGrace = time.Minute
+	}
 	return &Tracker{opts: opts, nodes: map[string]*entry{}}
 }
 
@@ -43,6 +52,19 @@ func New(opts Options) *Tracker {
 // Online transition, so this counts as a write of lastHeartbeatTime.
 func (t *Tracker) Connected(node string, now time.Time) {
 	t.nodes[node] = &entry{lastSeen: now, lastWritten: now, connected: true}
+}
+
+// Adopt tracks a node that the API shows Online at this hub but that has
+// not connected to this process: the hub restarted, and the node may never
+// come back. Counted from now, it is reported Unconnected after AdoptGrace
+// and Offline after OfflineTimeout unless it connects. It reports false,
+// and changes nothing, for a node the tracker already holds.
+func (t *Tracker) Adopt(node string, now time.Time) bool {
+	if _, ok := t.nodes[node]; ok {
+		return false
+	}
+	t.nodes[node] = &entry{lastSeen: now, lastWritten: now, adopted: true}
+	return true
 }
 
 // Disconnected records that node's stream ended. The node stays live until
@@ -85,12 +107,18 @@ type Due struct {
 	// Refresh lists live nodes whose lastHeartbeatTime should be written, with
 	// the time to write. Their write time is advanced by the call.
 	Refresh []Silent
+	// Unconnected lists adopted nodes that have not connected within
+	// AdoptGrace, once each, with the time they were adopted.
+	Unconnected []Silent
 }
 
 // Silent names a node and when it was last heard from.
 type Silent struct {
 	Node     string
 	LastSeen time.Time
+	// Adopted says that this hub never heard from the node: LastSeen is
+	// when the hub adopted it.
+	Adopted bool
 }
 
 // Tick returns what is due at now. Results are sorted by node name so that
@@ -100,14 +128,19 @@ func (t *Tracker) Tick(now time.Time) Due {
 	for name, e := range t.nodes {
 		switch {
 		case now.Sub(e.lastSeen) > t.opts.OfflineTimeout:
-			d.Offline = append(d.Offline, Silent{Node: name, LastSeen: e.lastSeen})
+			d.Offline = append(d.Offline, Silent{Node: name, LastSeen: e.lastSeen, Adopted: e.adopted})
 			delete(t.nodes, name)
-		case now.Sub(e.lastWritten) >= t.opts.RefreshInterval:
+		case e.adopted && !e.reported && now.Sub(e.lastSeen) >= t.opts.AdoptGrace:
+			e.reported = true
+			d.Unconnected = append(d.Unconnected, Silent{Node: name, LastSeen: e.lastSeen, Adopted: true})
+		// An adopted node was never heard from: there is nothing to refresh.
+		case !e.adopted && now.Sub(e.lastWritten) >= t.opts.RefreshInterval:
 			e.lastWritten = now
 			d.Refresh = append(d.Refresh, Silent{Node: name, LastSeen: e.lastSeen})
 		}
 	}
 	sort.Slice(d.Offline, func(i, j int) bool { return d.Offline[i].Node < d.Offline[j].Node })
 	sort.Slice(d.Refresh, func(i, j int) bool { return d.Refresh[i].Node < d.Refresh[j].Node })
+	sort.Slice(d.Unconnected, func(i, j int) bool { return d.Unconnected[i].Node < d.Unconnected[j].Node })
 	return d
 }

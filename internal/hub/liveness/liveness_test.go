@@ -1,6 +1,7 @@
 package liveness
 
 import (
+	"cmp"
 	"reflect"
 	"testing"
 	"time"
@@ -19,34 +20,37 @@ func names(s []Silent) []string {
 func TestTick(t *testing.T) {
 	type step struct {
 		at          time.Duration // since t0
-		do          string        // "connect", "disconnect", "beat", "tick"
+		do          string        // "connect", "disconnect", "beat", "adopt", "tick"
 		node        string
 		wantOffline []string
 		wantRefresh []string
+		// wantUnconnected is checked when not nil.
+		wantUnconnected []string
 	}
 	tests := []struct {
-		name  string
-		steps []step
+		name    string
+		refresh time.Duration // default 10m
+		steps   []step
 	}{
-		{"a node that heartbeats is never offline", []step{
+		{"a node that heartbeats is never offline", 0, []step{
 			{at: 0, do: "connect", node: "a"},
 			{at: 4 * time.Minute, do: "beat", node: "a"},
 			{at: 8 * time.Minute, do: "beat", node: "a"},
 			{at: 9 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}},
 		}},
-		{"a silent node goes offline after the timeout, once", []step{
+		{"a silent node goes offline after the timeout, once", 0, []step{
 			{at: 0, do: "connect", node: "a"},
 			{at: 5 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}},
 			{at: 5*time.Minute + time.Second, do: "tick", wantOffline: []string{"a"}, wantRefresh: []string{}},
 			{at: 6 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}},
 		}},
-		{"a disconnect alone is not offline: the agent may reconnect elsewhere", []step{
+		{"a disconnect alone is not offline: the agent may reconnect elsewhere", 0, []step{
 			{at: 0, do: "connect", node: "a"},
 			{at: time.Minute, do: "disconnect", node: "a"},
 			{at: 2 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}},
 			{at: 6*time.Minute + time.Second, do: "tick", wantOffline: []string{"a"}, wantRefresh: []string{}},
 		}},
-		{"a live node's heartbeat time is refreshed every interval, not every beat", []step{
+		{"a live node's heartbeat time is refreshed every interval, not every beat", 0, []step{
 			{at: 0, do: "connect", node: "a"},
 			{at: 0, do: "connect", node: "b"},
 			{at: 3 * time.Minute, do: "beat", node: "a"},
@@ -58,10 +62,34 @@ func TestTick(t *testing.T) {
 			{at: 10 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{"a", "b"}},
 			{at: 11 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}},
 		}},
+		{"an adopted node that never connects is Unconnected after the grace, then Offline", 0, []step{
+			{at: 0, do: "adopt", node: "a"},
+			{at: 59 * time.Second, do: "tick", wantOffline: []string{}, wantRefresh: []string{}, wantUnconnected: []string{}},
+			{at: time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}, wantUnconnected: []string{"a"}},
+			{at: 2 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}, wantUnconnected: []string{}},
+			{at: 5*time.Minute + time.Second, do: "tick", wantOffline: []string{"a"}, wantRefresh: []string{}, wantUnconnected: []string{}},
+		}},
+		{"an adopted node that connects is tracked as any other", 0, []step{
+			{at: 0, do: "adopt", node: "a"},
+			{at: 30 * time.Second, do: "connect", node: "a"},
+			{at: 2 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}, wantUnconnected: []string{}},
+			{at: 5 * time.Minute, do: "beat", node: "a"},
+			{at: 9 * time.Minute, do: "beat", node: "a"},
+			{at: 10*time.Minute + 30*time.Second, do: "tick", wantOffline: []string{}, wantRefresh: []string{"a"}, wantUnconnected: []string{}},
+		}},
+		{"adopting a node already connected changes nothing", 0, []step{
+			{at: 0, do: "connect", node: "a"},
+			{at: 4 * time.Minute, do: "adopt", node: "a"},
+			{at: 5*time.Minute + time.Second, do: "tick", wantOffline: []string{"a"}, wantRefresh: []string{}, wantUnconnected: []string{}},
+		}},
+		{"an adopted node's heartbeat time is not refreshed", time.Minute, []step{
+			{at: 0, do: "adopt", node: "a"},
+			{at: 4 * time.Minute, do: "tick", wantOffline: []string{}, wantRefresh: []string{}, wantUnconnected: []string{"a"}},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := New(Options{OfflineTimeout: 5 * time.Minute, RefreshInterval: 10 * time.Minute})
+			tr := New(Options{OfflineTimeout: 5 * time.Minute, RefreshInterval: cmp.Or(tt.refresh, 10*time.Minute)})
 			for i, s := range tt.steps {
 				now := t0.Add(s.at)
 				switch s.do {
@@ -69,6 +97,8 @@ func TestTick(t *testing.T) {
 					tr.Connected(s.node, now)
 				case "disconnect":
 					tr.Disconnected(s.node)
+				case "adopt":
+					tr.Adopt(s.node, now)
 				case "beat":
 					if !tr.Heartbeat(s.node, now) {
 						t.Fatalf("step %d: Heartbeat(%s) = false, want true", i, s.node)
@@ -80,6 +110,9 @@ func TestTick(t *testing.T) {
 					}
 					if got := names(d.Refresh); !reflect.DeepEqual(got, s.wantRefresh) {
 						t.Errorf("step %d: Tick(+%v).Refresh = %v, want %v", i, s.at, got, s.wantRefresh)
+					}
+					if got := names(d.Unconnected); s.wantUnconnected != nil && !reflect.DeepEqual(got, s.wantUnconnected) {
+						t.Errorf("step %d: Tick(+%v).Unconnected = %v, want %v", i, s.at, got, s.wantUnconnected)
 					}
 				}
 			}
