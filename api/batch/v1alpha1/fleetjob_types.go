@@ -70,7 +70,7 @@ type FleetJobStatus struct {
 
 // FleetJob is a set of task groups run on fleet nodes (K8s4r's Job).
 // +kubebuilder:object:root=true
-// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.spec.taskGroups.all(g, size(self.metadata.name) + size(g.name) <= 247)",optionalOldSelf=true,message="the job's name and a group's name together make names over 253 characters (TaskGroup <job>-<group>, Task <job>-<group>-<index>): shorten them to 247 together"
+// +kubebuilder:validation:XValidation:rule="self.spec.taskGroups.all(g, size(self.metadata.name) + size(g.name) <= 247)",message="the job's name and a group's name together make names over 253 characters (TaskGroup <job>-<group>, Task <job>-<group>-<index>): shorten them to 247 together"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=fj,categories=drover
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

@@ -69,6 +69,7 @@ type EnvVar struct {
 	// +kubebuilder:validation:MaxLength=256
 	Name string `json:"name"`
 	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^[^\x00]*$`
 	// +optional
 	Value string `json:"value,omitempty"`
 }
@@ -131,6 +132,7 @@ type TaskSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=4096
+	// +kubebuilder:validation:items:Pattern=`^[^\x00]*$`
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[0].size() > 0",message="command[0] must name a program"
 	Command []string `json:"command"`
 	// env of the process, added to a minimal environment (PATH, HOME).
@@ -277,6 +279,7 @@ type TaskStatus struct {
 
 // Task runs one program on one node (K8s4r's Task).
 // +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.state) || oldSelf.status.state == 'Pending' || self.spec == oldSelf.spec",messageExpression="'spec cannot change once the task is ' + oldSelf.status.state + ' (the attempt on the node runs the spec it was sent): delete the Task and create it again, or edit its TaskGroup template for new tasks'",reason=FieldValueForbidden
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=tk,categories=drover
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`

@@ -274,3 +274,64 @@ func TestNegativeResources(t *testing.T) {
 		t.Fatalf("zero and positive quantities: %v", err)
 	}
 }
+
+func TestNULBytesRefused(t *testing.T) {
+	ctx := context.Background()
+	for name, mutate := range map[string]func(*batchv1.Task){
+		"nul-arg": func(t *batchv1.Task) { t.Spec.Command = []string{"/bin/echo", "a\x00b"} },
+		"nul-env": func(t *batchv1.Task) { t.Spec.Env = []batchv1.EnvVar{{Name: "A", Value: "x\x00y"}} },
+	} {
+		err := env.Client.Create(ctx, task(name, mutate))
+		if err == nil || !strings.Contains(err.Error(), `^[^\x00]*$`) {
+			t.Errorf("%s: %v; want a refusal naming the pattern", name, err)
+		}
+	}
+}
+
+// TestTaskSpecFrozenOnceScheduled: the attempt on a node runs the spec it
+// was sent, so an edit afterwards would be shown but never run.
+func TestTaskSpecFrozenOnceScheduled(t *testing.T) {
+	ctx := context.Background()
+	tk := task("frozen", nil)
+	if err := env.Client.Create(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	tk.Spec.Command = []string{"/bin/echo", "edited while Pending"}
+	if err := env.Client.Update(ctx, tk); err != nil {
+		t.Fatalf("editing a task that is not scheduled yet: %v", err)
+	}
+	tk.Status.State = batchv1.TaskRunning
+	if err := env.Client.Status().Update(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	edited := tk.DeepCopy()
+	edited.Spec.Command = []string{"/bin/echo", "changed"}
+	err := env.Client.Update(ctx, edited)
+	if err == nil || !strings.Contains(err.Error(), "spec cannot change once the task is Running") {
+		t.Errorf("editing a Running task's command: %v; want a refusal", err)
+	}
+	labelled := tk.DeepCopy()
+	labelled.Labels = map[string]string{"team": "a"}
+	if err := env.Client.Update(ctx, labelled); err != nil {
+		t.Errorf("labelling a Running task: %v", err)
+	}
+}
+
+// TestFleetJobNameRuleOnUpdate: a group added later must fit the names too,
+// or the manager could never create its TaskGroup.
+func TestFleetJobNameRuleOnUpdate(t *testing.T) {
+	ctx := context.Background()
+	j := &batchv1.FleetJob{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("j", 200), Namespace: "default"},
+		Spec: batchv1.FleetJobSpec{TaskGroups: []batchv1.TaskGroupTemplate{{Name: "a", Count: 1,
+			Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}}}},
+	}
+	if err := env.Client.Create(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	j.Spec.TaskGroups = append(j.Spec.TaskGroups, batchv1.TaskGroupTemplate{Name: strings.Repeat("g", 60), Count: 1,
+		Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}})
+	if err := env.Client.Update(ctx, j); err == nil || !strings.Contains(err.Error(), "over 253 characters") {
+		t.Errorf("adding a group whose names would pass 253 characters: %v", err)
+	}
+}
