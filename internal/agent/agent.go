@@ -213,6 +213,9 @@ type Agent struct {
 	// linger is how the flusher waits for more reports while work is
 	// queued (tests set it); nil waits reportLinger.
 	linger func(context.Context) error
+	// taskClock is the exec driver's clock, of ended attempts and their
+	// retention (tests set it); nil is time.Now.
+	taskClock func() time.Time
 
 	// connMu guards conn, closed while a stream is open.
 	connMu sync.Mutex

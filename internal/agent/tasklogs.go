@@ -105,12 +105,12 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 			return derr
 		}
 		if done {
+			// An attempt the agent no longer holds is done: without its
+			// task dir this is an error; with it (kept for the retention
+			// period), the attempt ended before it wrote a log.
 			if gone := a.logsGone(ctx, uid, known); gone != nil {
 				return gone
 			}
-		}
-		if !known {
-			return &logError{fmt.Sprintf("task attempt %s is not on this node", uid)}
 		}
 		if !req.GetFollow() || done {
 			// It has not written anything (yet): an empty log.
@@ -289,8 +289,10 @@ func (a *Agent) logsGone(ctx context.Context, uid string, known bool) error {
 		// The collector does not run: someone removed it by hand.
 		return &logError{fmt.Sprintf("the logs of task attempt %s are not on this node: its task directory is missing", uid)}
 	case !known:
-		return &logError{fmt.Sprintf("the logs of task attempt %s are not on this node: the agent no longer holds "+
-			"the attempt (the hub dropped it) and removed its task directory, or never ran it", uid)}
+		// The hub no longer lists the attempt (it finished, or was
+		// dropped): its dir stayed for the retention period after it ended.
+		return &logError{fmt.Sprintf("the logs of task attempt %s are not on this node: the agent never ran it here, "+
+			"or removed its task directory once --task-retention (%s) had passed since it ended", uid, shortDuration(retention))}
 	default:
 		return &logError{fmt.Sprintf("the logs of task attempt %s were removed from this node: "+
 			"the agent keeps an ended attempt's logs for --task-retention (%s)", uid, shortDuration(retention))}

@@ -172,7 +172,9 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestStreamLogOfARemovedTaskDir: once the exec driver's collector removed
 // an ended attempt's task dir, its logs are an error that says so, not an
-// empty log.
+// empty log. An attempt the agent no longer holds (the hub dropped it from
+// its snapshot once it finished) keeps its dir, and its log, for the
+// retention period too.
 func TestStreamLogOfARemovedTaskDir(t *testing.T) {
 	a := newTestAgent(t, nil)
 	a.opts.TaskRetention = time.Hour
@@ -181,28 +183,17 @@ func TestStreamLogOfARemovedTaskDir(t *testing.T) {
 	var (
 		mu  sync.Mutex
 		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-		// forget: the collector may see which attempts the agent dropped
-		// (the driver's own first pass must not remove them early).
-		forget bool
 	)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Retention: a.opts.TaskRetention,
-		GCInterval: time.Hour, Now: clock, Forgotten: func(ctx context.Context, ids []string) ([]string, error) {
-			mu.Lock()
-			ok := forget
-			mu.Unlock()
-			if !ok {
-				return nil, nil
-			}
-			return forgotten(a.db)(ctx, ids)
-		}})
+		GCInterval: time.Hour, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	const (
-		held    = "task-held-1"    // ended, still held: removed after the retention period
-		dropped = "task-dropped-1" // ended, dropped by the hub: removed at once
+		held    = "task-held-1"    // ended, still held
+		dropped = "task-dropped-1" // ended, dropped by the hub
 		// neverRan failed before its task dir was made (a bad spec): it
 		// has an empty log, not a removed one.
 		neverRan = "task-never-1"
@@ -223,39 +214,52 @@ func TestStreamLogOfARemovedTaskDir(t *testing.T) {
 		}
 		prep.Close() // marks the task dir ended
 	}
+	emptyLog := func(t *testing.T, id string) {
+		t.Helper()
+		for _, follow := range []bool{false, true} {
+			var c collect
+			if err := a.streamLog(ctx, &agentv1.LogRequest{Uid: id, Stream: "stdout", Follow: follow}, c.send); err != nil {
+				t.Fatalf("follow=%v: %v", follow, err)
+			}
+			if c.data() != "" || !c.chunks[len(c.chunks)-1].GetEof() {
+				t.Fatalf("follow=%v: got %v, want an empty log", follow, c.chunks)
+			}
+		}
+	}
+	// Within the retention period both dirs stay, held or not.
+	mu.Lock()
+	now = now.Add(59 * time.Minute)
+	mu.Unlock()
+	if removed, err := d.GC(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("GC within the retention period = %v, %v; want nothing removed", removed, err)
+	}
+	for _, id := range []string{held, dropped} {
+		emptyLog(t, id)
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if removed, err := d.GC(ctx); err != nil || len(removed) != 2 {
+		t.Fatalf("GC after the retention period = %v, %v; want both removed", removed, err)
+	}
 	for _, tc := range []struct {
-		id      string
-		advance time.Duration
-		want    string
+		id   string
+		want string
 	}{
-		{dropped, 0, "the logs of task attempt task-dropped-1 are not on this node: the agent no longer holds the attempt"},
-		{held, 2 * time.Hour, "the logs of task attempt task-held-1 were removed from this node: " +
+		{dropped, "the logs of task attempt task-dropped-1 are not on this node: the agent never ran it here, " +
+			"or removed its task directory once --task-retention (1h) had passed since it ended"},
+		{held, "the logs of task attempt task-held-1 were removed from this node: " +
 			"the agent keeps an ended attempt's logs for --task-retention (1h)"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
-			dir := d.TaskDir(tc.id)
-			var c collect
-			if err := a.streamLog(ctx, &agentv1.LogRequest{Uid: tc.id, Stream: "stdout"}, c.send); err != nil {
-				t.Fatal(err)
-			}
-			if c.data() != "" || !c.chunks[len(c.chunks)-1].GetEof() {
-				t.Fatalf("before the collection: got %v, want an empty log", c.chunks)
-			}
-			mu.Lock()
-			now = now.Add(tc.advance)
-			forget = true
-			mu.Unlock()
-			if _, err := d.GC(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("task dir %s after GC: %v; want it removed", dir, err)
+			if _, err := os.Stat(d.TaskDir(tc.id)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("task dir after GC: %v; want it removed", err)
 			}
 			for _, follow := range []bool{false, true} {
-				c = collect{}
+				var c collect
 				err := a.streamLog(ctx, &agentv1.LogRequest{Uid: tc.id, Stream: "stdout", Follow: follow}, c.send)
 				var le *logError
-				if !errors.As(err, &le) || !strings.HasPrefix(le.msg, tc.want) {
+				if !errors.As(err, &le) || le.msg != tc.want {
 					t.Errorf("follow=%v: err = %v, want %q", follow, err, tc.want)
 				}
 				if c.data() != "" || c.chunks[len(c.chunks)-1].GetEof() {

@@ -37,8 +37,11 @@ type taskSet struct {
 // driver, its processes recorded in db.
 func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, error) {
 	log := a.log.With("runner", taskwire.TypeExec)
+	// An attempt's dir outlives the work item: the hub drops finished
+	// items from its snapshots, and `drover logs` reads an ended attempt's
+	// logs until the retention period is over.
 	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Logger: log,
-		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Forgotten: forgotten(db)})
+		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Now: a.taskClock})
 	if err != nil {
 		return taskSet{}, err
 	}
@@ -228,7 +231,8 @@ func (r *taskRunner) load(ctx context.Context, uid string) (execRecord, bool, er
 
 // prune forgets the exec rows of work the DB no longer holds (the hub
 // dropped it; DeleteWork keeps actions). A process still running for such
-// work is stopped: nobody would ever report it.
+// work is stopped: nobody would ever report it. Its task dir stays for the
+// retention period after it stopped, as any ended attempt's.
 func (r *taskRunner) prune(ctx context.Context) error {
 	for _, state := range []string{store.ActionSucceeded, store.ActionFailed, store.ActionRunning} {
 		acts, err := r.db.ActionsInState(ctx, state)
@@ -256,26 +260,4 @@ func (r *taskRunner) prune(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// forgotten tells the exec driver which ended attempts the agent no longer
-// holds (a snapshot dropped them): nobody can ask for their logs any more.
-func forgotten(db *store.Store) func(context.Context, []string) ([]string, error) {
-	return func(ctx context.Context, ids []string) ([]string, error) {
-		all, err := db.ListWork(ctx)
-		if err != nil {
-			return nil, err
-		}
-		held := make(map[string]bool, len(all))
-		for _, w := range all {
-			held[w.UID] = true
-		}
-		var gone []string
-		for _, id := range ids {
-			if !held[id] {
-				gone = append(gone, id)
-			}
-		}
-		return gone, nil
-	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	taskwire "github.com/drover-fleet/drover/internal/task/wire"
 )
@@ -33,6 +36,13 @@ type taskAgent struct {
 
 func startTaskAgent(t *testing.T, dir string) *taskAgent {
 	t.Helper()
+	return startTaskAgentWith(t, dir, nil)
+}
+
+// startTaskAgentWith is startTaskAgent with clock as the exec driver's
+// clock (of ended attempts and their retention); nil is time.Now.
+func startTaskAgentWith(t *testing.T, dir string, clock func() time.Time) *taskAgent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: dir, Capacity: map[string]string{"cpu": "1"}}
 	if err := opts.defaults(); err != nil {
@@ -42,7 +52,8 @@ func startTaskAgent(t *testing.T, dir string) *taskAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024)}
+	a := &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024),
+		taskClock: clock}
 	tasks, err := a.taskRunners(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -478,6 +489,14 @@ func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
 	if acts, err := b.db.Actions(context.Background(), "task-d-1"); err != nil || len(acts) != 0 {
 		t.Errorf("records of dropped work: %+v %v, want none", acts, err)
 	}
+	// Its logs stay, for the retention period from now.
+	waitFor(t, func() bool {
+		_, err := os.Stat(filepath.Join(b.driver.TaskDir("task-d-1"), taskexec.EndedFile))
+		return err == nil
+	})
+	if removed, err := b.driver.GC(context.Background()); err != nil || len(removed) != 0 {
+		t.Errorf("GC = %v, %v; want the stopped attempt's dir kept", removed, err)
+	}
 }
 
 // TestCancelSurvivesAnAgentRestart: a cancel the agent recorded but had not
@@ -511,20 +530,92 @@ func TestCancelSurvivesAnAgentRestart(t *testing.T) {
 	}
 }
 
-// The exec driver removes at once the dir of an ended attempt the agent no
-// longer holds: forgotten answers from the DB.
-func TestTaskForgotten(t *testing.T) {
+// TestDroppedTasksKeepTheirDirs: the snapshot a hub sends after a
+// reconnect lists neither finished attempts nor one it gave up on while
+// the node was away (NodeLost, run again elsewhere). The agent forgets
+// both and stops the running one, but each keeps its task dir (logs, for
+// drover logs) until --task-retention has passed since it ended: the
+// finished one since it finished, the stopped one since it was stopped.
+func TestDroppedTasksKeepTheirDirs(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	var (
+		mu  sync.Mutex
+		now = t0
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	gc := func(t *testing.T, a *taskAgent, at time.Time, want map[string]bool) {
+		t.Helper()
+		mu.Lock()
+		now = at
+		mu.Unlock()
+		if _, err := a.driver.GC(context.Background()); err != nil {
+			t.Fatalf("GC at %s: %v", at, err)
+		}
+		for uid, kept := range want {
+			if _, err := os.Stat(a.driver.TaskDir(uid)); (err == nil) != kept {
+				t.Errorf("GC at t0+%s: the dir of %s: %v, want kept=%v", at.Sub(t0), uid, err, kept)
+			}
+		}
+	}
+	log := func(t *testing.T, a *taskAgent, uid string) (string, error) {
+		t.Helper()
+		var c collect
+		err := a.streamLog(context.Background(), &agentv1.LogRequest{Uid: uid, Stream: "stdout"}, c.send)
+		return c.data(), err
+	}
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), store.Options{})
-	if err != nil {
+	a := startTaskAgentWith(t, t.TempDir(), clock)
+	const finished, lost = "task-done-1", "task-lost-1"
+	putTask(t, a.db, finished, taskwire.Spec{Command: []string{"echo", "finished output"}})
+	a.schedule(finished)
+	waitStatuses(t, a.Agent, finished)
+	putTask(t, a.db, lost, taskwire.Spec{Command: []string{"sh", "-c", "echo partial output; exec sleep 60"}})
+	a.schedule(lost)
+	pid := waitRunning(t, a.Agent, lost).PID
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(a.driver.TaskDir(lost), taskexec.StdoutFile))
+		return string(b) == "partial output\n"
+	})
+
+	// Two hours later the hub is back in touch; its snapshot holds neither.
+	mu.Lock()
+	now = t0.Add(2 * time.Hour)
+	mu.Unlock()
+	if err := a.handleBatch(ctx, &fakeHub{}, protocol.NewTracker(0), []*agentv1.Envelope{protocol.NewSnapshot("n1", 1, nil)}); err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	if _, err := db.PutWork(ctx, store.Work{UID: "task-held-1", Type: taskwire.TypeExec, Phase: PhaseSucceeded}); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(taskWait)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d of the dropped attempt still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	gone, err := forgotten(db)(ctx, []string{"task-dropped-1", "task-held-1", "task-dropped-2"})
-	if err != nil || !slices.Equal(gone, []string{"task-dropped-1", "task-dropped-2"}) {
-		t.Errorf("forgotten = %v, %v; want the two dropped attempts", gone, err)
+	waitFor(t, func() bool {
+		_, err := os.Stat(filepath.Join(a.driver.TaskDir(lost), taskexec.EndedFile))
+		return err == nil
+	})
+	for _, uid := range []string{finished, lost} {
+		if _, ok, err := a.db.Work(ctx, uid); err != nil || ok {
+			t.Errorf("the DB holds %s after the snapshot dropped it (%v)", uid, err)
+		}
+	}
+
+	gc(t, a, t0.Add(2*time.Hour), map[string]bool{finished: true, lost: true})
+	for uid, want := range map[string]string{finished: "finished output\n", lost: "partial output\n"} {
+		if got, err := log(t, a, uid); err != nil || got != want {
+			t.Errorf("log of dropped %s = %q, %v; want %q", uid, got, err, want)
+		}
+	}
+	// The finished attempt ended at t0, the lost one was stopped at t0+2h.
+	gc(t, a, t0.Add(24*time.Hour-time.Second), map[string]bool{finished: true, lost: true})
+	gc(t, a, t0.Add(24*time.Hour), map[string]bool{finished: false, lost: true})
+	gc(t, a, t0.Add(26*time.Hour-time.Second), map[string]bool{lost: true})
+	gc(t, a, t0.Add(26*time.Hour), map[string]bool{lost: false})
+	for _, uid := range []string{finished, lost} {
+		var le *logError
+		if _, err := log(t, a, uid); !errors.As(err, &le) || !strings.Contains(le.msg, "--task-retention (24h) had passed since it ended") {
+			t.Errorf("log of %s after its retention: %v, want an error naming the retention", uid, err)
+		}
 	}
 }

@@ -60,8 +60,8 @@ func Main(args []string) int {
 	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
 	fs.StringVar(&mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
 	fs.DurationVar(&retention, "task-retention", taskexec.DefaultRetention,
-		"how long an ended task attempt's dir (logs, default working dir) stays under --state-dir/tasks; 0 keeps them for ever. "+
-			"drover logs can read a task's output until then. A task the hub has dropped goes at once")
+		"how long an ended task attempt's dir (logs, default working dir) stays under --state-dir/tasks after the attempt ended "+
+			"(finished, or stopped because the hub dropped it); 0 keeps them for ever. drover logs can read a task's output until then")
 	fs.Int64Var(&o.MaxArtifactBytes, "max-artifact-bytes", taskexec.DefaultMaxArtifactBytes,
 		"largest task artifact to download, in bytes; a larger one fails the task before it starts")
 	fs.BoolVar(&version, "version", false, "print the version and exit")

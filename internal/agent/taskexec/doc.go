@@ -63,11 +63,12 @@
 // started), the driver writes EndedFile with the time into its task dir.
 // A second goroutine, the collector, runs GC at the start and every
 // Options.GCInterval: it removes a task dir whose attempt ended more than
-// Options.Retention ago, or that the agent no longer holds
-// (Options.Forgotten: the hub dropped the work, so no one can ask for its
-// logs), whatever its age. A dir without the mark is never removed: its
-// process may run, perhaps started by an earlier agent process and not
-// adopted yet. Neither is the dir of an attempt being prepared or running.
+// Options.Retention ago, and only then: an attempt whose work the hub no
+// longer holds (it finished, or was stopped because the hub dropped it)
+// keeps its logs for the same period, so that `drover logs` still finds
+// them. A dir without the mark is never removed: its process may run,
+// perhaps started by an earlier agent process and not adopted yet. Neither
+// is the dir of an attempt being prepared or running.
 // A dir is renamed to .gc-<id> under the driver's lock before it is
 // removed, so an attempt cannot start in it meanwhile; a removal cut short
 // is finished by the next pass. A working dir named by the spec is not the

@@ -52,17 +52,14 @@ type Options struct {
 	// DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
 	// Retention is how long the task dir of an ended attempt (its logs,
-	// and its working dir when the spec names none) is kept, for `drover
-	// logs` and for people to look at; then the driver removes it. Negative
-	// keeps them for ever. Default DefaultRetention.
+	// and its working dir when the spec names none) is kept after it
+	// ended, for `drover logs` and for people to look at; then the driver
+	// removes it, whether or not the caller still holds the attempt.
+	// Negative keeps them for ever. Default DefaultRetention.
 	Retention time.Duration
 	// GCInterval is how often the driver looks for task dirs to remove.
 	// Default DefaultGCInterval.
 	GCInterval time.Duration
-	// Forgotten returns which of ids (attempts that ended, within their
-	// retention period) the agent no longer holds: their dirs go at once,
-	// as nobody can ask for their logs any more. Nil: none is.
-	Forgotten func(ctx context.Context, ids []string) ([]string, error)
 	// Now is the clock of the ended marks and the retention period.
 	// Default time.Now.
 	Now func() time.Time

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -34,9 +33,6 @@ type Removed struct {
 	ID string
 	// Ended is when the attempt ended.
 	Ended time.Time
-	// Forgotten: the agent no longer holds the attempt's work (the hub
-	// dropped it), so its dir went before the retention period was over.
-	Forgotten bool
 }
 
 // markEnded records that attempt id's process is over: from now the task
@@ -85,12 +81,15 @@ func (d *Driver) busy(id string) bool {
 }
 
 // GC removes the task dirs of attempts that ended more than the retention
-// period ago, and of those the agent no longer holds (Options.Forgotten),
-// whatever their age. It never removes the dir of an attempt that is being
-// prepared or runs, nor one without an EndedFile. It returns what it
-// removed; an error leaves the rest for the next pass. The driver runs it
-// at its start and every Options.GCInterval; it does nothing when
-// Options.Retention is negative or the driver is closed.
+// period ago, and no other: whether the caller still holds the attempt's
+// work does not matter (an attempt the hub dropped after it finished, or
+// that was stopped because the hub dropped it, keeps its logs for the
+// retention period too, from when it ended). It never removes the dir of
+// an attempt that is being prepared or runs, nor one without an EndedFile.
+// It returns what it removed; an error leaves the rest for the next pass,
+// as does the end of ctx. The driver runs it at its start and every
+// Options.GCInterval; it does nothing when Options.Retention is negative or
+// the driver is closed.
 func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 	if d.opts.Retention < 0 {
 		return nil, nil
@@ -106,7 +105,6 @@ func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 	now := d.opts.Now()
 	var (
 		expired []Removed
-		young   = map[string]time.Time{}
 		errs    []error
 	)
 	for _, e := range entries {
@@ -124,33 +122,15 @@ func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 		if !workIDRE.MatchString(name) {
 			continue // not the driver's
 		}
-		ended, ok := endedAt(filepath.Join(root, name))
-		switch {
-		case !ok:
-		case now.Sub(ended) >= d.opts.Retention:
+		if ended, ok := endedAt(filepath.Join(root, name)); ok && now.Sub(ended) >= d.opts.Retention {
 			expired = append(expired, Removed{ID: name, Ended: ended})
-		default:
-			young[name] = ended
-		}
-	}
-	if len(young) > 0 && d.opts.Forgotten != nil {
-		ids := make([]string, 0, len(young))
-		for id := range young {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		gone, err := d.opts.Forgotten(ctx, ids)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ask which tasks the agent forgot: %w", err))
-		}
-		for _, id := range gone {
-			if ended, ok := young[id]; ok {
-				expired = append(expired, Removed{ID: id, Ended: ended, Forgotten: true})
-			}
 		}
 	}
 	var removed []Removed
 	for _, r := range expired {
+		if ctx.Err() != nil {
+			break
+		}
 		ok, err := d.remove(r.ID)
 		if err != nil {
 			errs = append(errs, err)
@@ -159,12 +139,8 @@ func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 			continue
 		}
 		removed = append(removed, r)
-		why := "its retention period is over"
-		if r.Forgotten {
-			why = "the hub no longer holds the task"
-		}
 		d.log.Info("removed the directory of a finished task", "id", r.ID, "ended", r.Ended.UTC().Format(time.RFC3339),
-			"why", why, "retention", d.opts.Retention)
+			"why", "its retention period is over", "retention", d.opts.Retention)
 	}
 	return removed, errors.Join(errs...)
 }
