@@ -21,6 +21,7 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -44,6 +45,8 @@ const (
 	hubSA      = "system:serviceaccount:drover-system:drover-hub"
 	managerSA  = "system:serviceaccount:drover-system:drover-manager"
 	logReader  = "log-reader"
+	viewer     = "viewer"
+	editor     = "editor"
 	runTimeout = 2 * time.Minute
 )
 
@@ -66,7 +69,9 @@ func apply(t *testing.T, c client.Client) {
 			if len(u.Object) == 0 {
 				continue
 			}
-			if err := c.Create(context.Background(), &u); err != nil {
+			// `drover controlplane` installs them too: then they must be
+			// there already.
+			if err := c.Create(context.Background(), &u); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
 			}
 		}
@@ -88,6 +93,27 @@ func TestRBAC(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+
+	// People bound to the built-in view and edit roles in team-a.
+	for user, role := range map[string]string{viewer: "view", editor: "edit"} {
+		if err := env.Client.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: "team-a"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The aggregation controller adds drover-view's rules to view soon
+	// after the control plane starts.
+	testenv.Eventually(t, 30*time.Second, "view aggregates drover-view", func(ctx context.Context) (bool, error) {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: viewer,
+			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: "team-a", Verb: "list", Group: batchv1.GroupVersion.Group, Resource: "tasks"}}}
+		if err := env.Client.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	})
 
 	t.Run("SubjectAccessReview", func(t *testing.T) {
 		type check struct {
@@ -161,6 +187,16 @@ func TestRBAC(t *testing.T) {
 			{logReader, "get", batch, "tasks/log", "team-a", "scan-0", true},
 			{logReader, "get", batch, "tasks/log", "default", "scan-0", false},
 			{logReader, "delete", batch, "tasks", "team-a", "scan-0", false},
+			// People bound to view and edit in team-a (aggregated roles).
+			{viewer, "list", batch, "fleetjobs", "team-a", "", true},
+			{viewer, "watch", batch, "tasks", "team-a", "", true},
+			{viewer, "get", batch, "tasks/log", "team-a", "scan-0", true},
+			{viewer, "create", batch, "fleetjobs", "team-a", "", false},
+			{viewer, "list", batch, "tasks", "default", "", false},
+			{editor, "create", batch, "fleetjobs", "team-a", "", true},
+			{editor, "delete", batch, "tasks", "team-a", "scan-0", true},
+			{editor, "update", batch, "tasks/status", "team-a", "scan-0", false},
+			{editor, "create", ops, "nodeupgradejobs", "", "", false},
 		}
 		for _, c := range checks {
 			resource, sub, _ := strings.Cut(c.resource, "/")

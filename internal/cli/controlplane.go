@@ -130,6 +130,11 @@ func (o *controlPlaneOptions) Run(ctx context.Context) error {
 		_ = cp.Wait()
 		return err
 	}
+	if err := installRBAC(ctx, cp.RESTConfig()); err != nil {
+		stop()
+		_ = cp.Wait()
+		return err
+	}
 	kubeconfig, err := filepath.Abs(cp.KubeconfigPath())
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,11 +15,16 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/drover-fleet/drover/config/admission"
 	"github.com/drover-fleet/drover/config/crd"
+	"github.com/drover-fleet/drover/config/rbac"
 	"github.com/drover-fleet/drover/internal/controlplane"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/manager"
@@ -112,6 +118,9 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	if err := installPolicies(ctx, cfg); err != nil {
 		return err
 	}
+	if err := installRBAC(ctx, cfg); err != nil {
+		return err
+	}
 	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		return err
@@ -171,6 +180,53 @@ func installPolicies(ctx context.Context, cfg *rest.Config) error {
 	}
 	if err := controlplane.InstallPolicies(ctx, cfg, manifests); err != nil {
 		return fmt.Errorf("install the admission policies of config/admission: %w", err)
+	}
+	return nil
+}
+
+// installRBAC applies config/rbac to the embedded control plane: the
+// ServiceAccounts and roles of an existing cluster's setup, so that the
+// README's bindings (drover-task-log-reader, drover-hub-locator, view and
+// edit aggregation) work the same with `drover up`. An object that exists
+// is updated to the manifest.
+func installRBAC(ctx context.Context, cfg *rest.Config) error {
+	files, err := rbac.Manifests()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("install config/rbac: %w", err)
+	}
+	for _, f := range files {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(f), 4096)
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return fmt.Errorf("install config/rbac: %w", err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			err := c.Create(ctx, u.DeepCopy())
+			if apierrors.IsAlreadyExists(err) {
+				err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					var cur unstructured.Unstructured
+					cur.SetGroupVersionKind(u.GroupVersionKind())
+					if err := c.Get(ctx, client.ObjectKeyFromObject(&u), &cur); err != nil {
+						return err
+					}
+					want := u.DeepCopy()
+					want.SetResourceVersion(cur.GetResourceVersion())
+					return c.Update(ctx, want)
+				})
+			}
+			if err != nil {
+				return fmt.Errorf("install config/rbac: %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+		}
 	}
 	return nil
 }

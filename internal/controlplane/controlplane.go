@@ -186,6 +186,12 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		stop()
 		return nil, err
 	}
+	aggStopped, err := startRoleAggregation(apiCtx, c.restConfig)
+	if err != nil {
+		stop()
+		gcStopped()
+		return nil, err
+	}
 	gate.serving()
 	log.Info("control plane ready", "url", host, "kubeconfig", c.kubeconfigPath,
 		"elapsed", time.Since(begin).Round(time.Millisecond))
@@ -212,6 +218,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		}
 		stopAPI()
 		gcStopped()
+		aggStopped()
 		etcd.Close()
 		closeLogs()
 		c.err = err
