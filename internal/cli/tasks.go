@@ -248,7 +248,14 @@ func describeTask(w io.Writer, t *batchv1.Task, now time.Time) {
 			p("Node Selector", sel.String())
 		}
 	}
-	p("Restart Policy", fmt.Sprintf("%s, reschedule %s, at most %d attempts", orNone(string(s.RestartPolicy)), orNone(string(s.ReschedulePolicy)), s.MaxAttempts))
+	restart, reschedule := string(s.RestartPolicy), string(s.ReschedulePolicy)
+	if restart == "" {
+		restart = string(batchv1.RestartNever) + " (default)"
+	}
+	if reschedule == "" {
+		reschedule = string(batchv1.RescheduleOnNodeLost) + " (default)"
+	}
+	p("Restart Policy", fmt.Sprintf("%s, reschedule %s, at most %d attempts", restart, reschedule, s.MaxAttempts))
 	if s.Priority != 0 {
 		p("Priority", strconv.Itoa(int(s.Priority)))
 	}
