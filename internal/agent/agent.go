@@ -53,6 +53,15 @@ type Options struct {
 	// MaxArtifactBytes bounds one task artifact. Default
 	// taskexec.DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
+	// StopTasksOnExit stops running task processes when the agent stops
+	// (SIGTERM, SIGKILL after at most StopTasksGrace) and reports them
+	// Failed, AgentStopped. Default false: they run on, and the agent
+	// takes them over when it starts again (a service manager restarting
+	// or upgrading it must not stop the fleet's work).
+	StopTasksOnExit bool
+	// StopTasksGrace bounds the wait between SIGTERM and SIGKILL with
+	// StopTasksOnExit. Default 5s.
+	StopTasksGrace time.Duration
 	// Runners run work items by type. "noop" is always available.
 	Runners map[string]Runner
 	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;

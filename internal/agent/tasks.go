@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,9 @@ func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, erro
 		return taskSet{}, err
 	}
 	r := &taskRunner{d: d, db: db, log: log}
+	if a.opts.StopTasksOnExit {
+		r.stopOnExit = cmp.Or(a.opts.StopTasksGrace, 5*time.Second)
+	}
 	if err := r.prune(ctx); err != nil {
 		d.Close()
 		return taskSet{}, err
@@ -58,6 +62,9 @@ type taskRunner struct {
 	d   *taskexec.Driver
 	db  *store.Store
 	log *slog.Logger
+	// stopOnExit, when set, is the grace before SIGKILL for the processes
+	// the runner stops when the agent stops (StopTasksOnExit).
+	stopOnExit time.Duration
 }
 
 var _ ConcurrentRunner = (*taskRunner)(nil)
@@ -151,6 +158,16 @@ func (r *taskRunner) watch(ctx context.Context, uid string, proc *taskexec.Proc)
 		if errors.Is(context.Cause(ctx), ErrCancelled) {
 			proc.Cancel()
 			<-proc.Done() // at most the kill timeout: the monitor SIGKILLs then
+		} else if r.stopOnExit > 0 {
+			proc.Stop(r.stopOnExit)
+			<-proc.Done() // at most stopOnExit
+			res := proc.Result()
+			if res.Phase == PhaseCancelled {
+				res.Phase, res.Reason = PhaseFailed, taskwire.ReasonAgentStopped
+				res.Report.Message = "the agent stopped and stopped its tasks (--stop-tasks-on-exit): " + res.Report.Message
+			}
+			info := proc.Info()
+			return r.end(ctx, uid, execRecord{Info: &info, Result: &res})
 		} else if proc.Detach() {
 			return PhaseRunning, "the agent is stopping; the task's process goes on", ""
 		}

@@ -43,8 +43,18 @@ func startTaskAgent(t *testing.T, dir string) *taskAgent {
 // clock (of ended attempts and their retention); nil is time.Now.
 func startTaskAgentWith(t *testing.T, dir string, clock func() time.Time) *taskAgent {
 	t.Helper()
+	return startTaskAgentOpts(t, dir, clock, nil)
+}
+
+// startTaskAgentOpts is startTaskAgentWith with mutate changing the
+// agent's options first.
+func startTaskAgentOpts(t *testing.T, dir string, clock func() time.Time, mutate func(*Options)) *taskAgent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: dir, Capacity: map[string]string{"cpu": "1"}}
+	if mutate != nil {
+		mutate(&opts)
+	}
 	if err := opts.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +309,44 @@ func TestTaskOutlivesAnAgentRestart(t *testing.T) {
 	}
 	if end := ss[1]; end.phase != PhaseFailed || end.reason != taskwire.ReasonExitCode || code(end.report) != "4" || end.report.OutputTail != "started\ndone\n" {
 		t.Errorf("end %+v, want Failed/ExitCode 4 with the output of one run", end)
+	}
+}
+
+// TestStopTasksOnExit: an agent run with StopTasksOnExit (drover up's
+// local agents) stops its task processes as it stops, SIGKILLing one that
+// ignores SIGTERM after the grace, and records them Failed, AgentStopped; a
+// restart reports that, and starts nothing again.
+func TestStopTasksOnExit(t *testing.T) {
+	dir := t.TempDir()
+	stopping := func(o *Options) { o.StopTasksOnExit, o.StopTasksGrace = true, 300*time.Millisecond }
+	a := startTaskAgentOpts(t, dir, nil, stopping)
+	putTask(t, a.db, "polite", taskwire.Spec{Command: []string{"sleep", "60"}})
+	putTask(t, a.db, "stubborn", taskwire.Spec{Command: []string{"sh", "-c", `trap "" TERM; echo up; while :; do sleep 0.05; done`}})
+	a.schedule("polite")
+	a.schedule("stubborn")
+	polite := waitRunning(t, a.Agent, "polite").PID
+	stubborn := waitRunning(t, a.Agent, "stubborn").PID
+	began := time.Now()
+	a.stop()
+	if took := time.Since(began); took > taskWait {
+		t.Errorf("stopping took %v", took)
+	}
+	for _, pid := range []int{polite, stubborn} {
+		if alive(pid) {
+			t.Errorf("task process %d still runs after the agent stopped", pid)
+		}
+	}
+	b := startTaskAgentOpts(t, dir, nil, stopping)
+	ss := waitStatuses(t, b.Agent, "polite", "stubborn")
+	for uid, want := range map[string]string{"polite": "143", "stubborn": "137"} {
+		end := ss[uid][len(ss[uid])-1]
+		if end.phase != PhaseFailed || end.reason != taskwire.ReasonAgentStopped || code(end.report) != want ||
+			!strings.Contains(end.report.Message, "--stop-tasks-on-exit") {
+			t.Errorf("%s ended %+v, want Failed/AgentStopped with exit code %s", uid, end, want)
+		}
+	}
+	if n := b.driver.Watching(); n != 0 {
+		t.Errorf("the restarted agent watches %d processes, want none", n)
 	}
 }
 

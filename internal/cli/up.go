@@ -103,7 +103,9 @@ func (o *upOptions) Run(ctx context.Context) error {
 				return err
 			}
 			args := []string{"--node", name, "--hub", info.Hub, "--token", tok.String(), "--ca-file", info.CAFile,
-				"--state-dir", dir, "--labels", "drover.io/local=true"}
+				"--state-dir", dir, "--labels", "drover.io/local=true",
+				// Ctrl-C on `drover up` stops everything it started.
+				"--stop-tasks-on-exit"}
 			if o.transport == "mqtt" {
 				args = append(args, "--transport", "mqtt", "--mqtt-broker", info.MQTT, "--mqtt-prefix", o.server.comp.mqtt.prefix)
 			}

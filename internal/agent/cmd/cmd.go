@@ -64,6 +64,9 @@ func Main(args []string) int {
 			"(finished, or stopped because the hub dropped it); 0 keeps them for ever. drover logs can read a task's output until then")
 	fs.Int64Var(&o.MaxArtifactBytes, "max-artifact-bytes", taskexec.DefaultMaxArtifactBytes,
 		"largest task artifact to download, in bytes; a larger one fails the task before it starts")
+	fs.BoolVar(&o.StopTasksOnExit, "stop-tasks-on-exit", false,
+		"stop running task processes when the agent stops (SIGTERM, SIGKILL 5s later) and report them Failed, AgentStopped. "+
+			"Default: they run on and the agent takes them over when it starts again (restarts and upgrades keep the fleet's work)")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -532,6 +532,17 @@ func (p *Proc) Cancel() {
 	p.d.kick()
 }
 
+// Stop stops the attempt as Cancel does, but with at most killAfter
+// between SIGTERM and SIGKILL: for an agent that stops its tasks as it
+// exits, and must be done before whoever stops it gives up waiting.
+func (p *Proc) Stop(killAfter time.Duration) {
+	p.d.mu.Lock()
+	p.cancel = true
+	p.killTimeout = min(p.killTimeout, killAfter)
+	p.d.mu.Unlock()
+	p.d.kick()
+}
+
 // Detach stops watching p and leaves its process running (the agent is
 // stopping; Adopt finds it again). It reports false when p has already
 // ended: Result tells how.

@@ -72,6 +72,10 @@ const (
 	ReasonArtifact   = "ArtifactError"
 	ReasonLost       = "AgentRestarted"
 	ReasonCancelled  = "Cancelled"
+	// ReasonAgentStopped: the agent stopped the process as it stopped
+	// itself (drover-agent --stop-tasks-on-exit, as `drover up`'s local
+	// agents run).
+	ReasonAgentStopped = "AgentStopped"
 )
 
 // Exit codes of a process ended by a signal, as a shell reports them.
