@@ -526,6 +526,9 @@ func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 	if tk.Status.Attempt != 2 || !strings.Contains(tk.Status.Message, "ExitCode") || tk.Status.ExitCode == nil || *tk.Status.ExitCode != 3 {
 		t.Errorf("final status = %+v", tk.Status)
 	}
+	if c := meta.FindStatusCondition(tk.Status.Conditions, batchv1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != batchv1.ReasonAttemptsSpent {
+		t.Errorf("Failed condition %+v, want True, %s", c, batchv1.ReasonAttemptsSpent)
+	}
 	if r, e := counter(t, "drover_task_restarts_total")-restarts, counter(t, "drover_tasks_failed_total", "reason", batchv1.ReasonAttemptsSpent)-exhausted; r != 1 || e != 1 {
 		t.Errorf("metrics: %v restarts, %v exhausted; want 1 and 1", r, e)
 	}

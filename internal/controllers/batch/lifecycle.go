@@ -126,6 +126,18 @@ func nextAttempt(st *batchv1.TaskStatus, reason, message string) {
 	st.ExitCode, st.StartTime, st.FinishTime, st.NextAttemptTime = nil, nil, nil, nil
 	st.OutputTail = ""
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: message})
+	// A hub may have written Failed True on the attempt that ended.
+	meta.RemoveStatusCondition(&st.Conditions, batchv1.ConditionFailed)
+	meta.RemoveStatusCondition(&st.Conditions, batchv1.ConditionComplete)
+}
+
+// endConditions sets the Complete and Failed conditions of st, a final
+// status the manager made for t.
+func endConditions(t *batchv1.Task, st *batchv1.TaskStatus, now time.Time) {
+	c := t.DeepCopy()
+	c.Status = *st
+	batchv1.SetEndConditions(c, true, now)
+	st.Conditions = c.Status.Conditions
 }
 
 // willRestart reports whether t is a Failed attempt that afterFailure will
@@ -148,6 +160,7 @@ func afterFailure(t *batchv1.Task, now time.Time) *change {
 	if n >= maxAttempts(t) {
 		st.Reason = batchv1.ReasonAttemptsSpent
 		st.Message = fmt.Sprintf("attempt %d of %d failed (%s)", n, maxAttempts(t), cause)
+		endConditions(t, st, now)
 		return &change{status: *st, eventType: corev1.EventTypeWarning, reason: batchv1.ReasonAttemptsSpent, note: st.Message, metric: "fail"}
 	}
 	// The backoff runs from the attempt's end; a finish time ahead of the
@@ -186,5 +199,6 @@ func lose(t *batchv1.Task, now time.Time, reason, why string) *change {
 	}
 	st.FinishTime = &finish
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: st.Message})
+	endConditions(t, st, now)
 	return &change{status: *st, eventType: corev1.EventTypeWarning, reason: reason, note: st.Message, metric: "fail"}
 }

@@ -917,7 +917,7 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 		hub = h.Name()
 	}
 	orig := t.DeepCopy()
-	if !apply(&t.Status, p, hub, d.opts.Now()) {
+	if !applyReports(t, p, hub, d.opts.Now()) {
 		return nil
 	}
 	patch, err := statusPatch(&orig.Status, &t.Status)
@@ -939,7 +939,7 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 			return err
 		}
 		orig := t.DeepCopy()
-		if !apply(&t.Status, p, hub, d.opts.Now()) {
+		if !applyReports(t, p, hub, d.opts.Now()) {
 			return nil
 		}
 		if err := d.opts.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -1080,6 +1080,16 @@ func (d *Dispatcher) addFinalizer(ctx context.Context, uid types.UID, node strin
 		d.remember(t)
 		return nil
 	}))
+}
+
+// applyReports is apply on t's status, with the Complete and Failed
+// conditions set to match an end it wrote (in the same write).
+func applyReports(t *batchv1.Task, p *pending, hub string, now time.Time) bool {
+	if !apply(&t.Status, p, hub, now) {
+		return false
+	}
+	batchv1.SetEndConditions(t, false, now)
+	return true
 }
 
 // apply moves st along by what p says of attempt p.attempt on p.node, and

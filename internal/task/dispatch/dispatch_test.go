@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +42,9 @@ func TestTaskRunsToCompletion(t *testing.T) {
 	}
 	if st.Attempt != 1 || st.NodeName != f.node {
 		t.Errorf("attempt %d on %q, want 1 on %s", st.Attempt, st.NodeName, f.node)
+	}
+	if !meta.IsStatusConditionTrue(st.Conditions, batchv1.ConditionComplete) || meta.FindStatusCondition(st.Conditions, batchv1.ConditionFailed) != nil {
+		t.Errorf("conditions %+v, want Complete True (kubectl wait --for=condition=Complete) and no Failed", st.Conditions)
 	}
 	if n := f.counter("drover_hub_task_dispatched_total"); n < 1 {
 		t.Errorf("dispatched counter %v", n)
