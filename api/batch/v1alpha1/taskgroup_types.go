@@ -53,10 +53,22 @@ func (p GroupPhase) Final() bool { return p == GroupCompleted || p == GroupFaile
 
 // TaskTemplate is the metadata and spec of the tasks a group creates.
 type TaskTemplate struct {
-	// labels added to every task.
+	// metadata of every task, as a Pod template's: labels and annotations.
+	// +optional
+	Metadata TemplateMetadata `json:"metadata,omitempty"`
+	// labels added to every task; the same as metadata.labels, which wins
+	// where both name a key.
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 	Spec   TaskSpec          `json:"spec"`
+}
+
+// TemplateMetadata is what a template gives the objects it makes.
+type TemplateMetadata struct {
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // TaskGroupSpec makes count tasks from one template.

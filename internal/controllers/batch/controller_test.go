@@ -251,7 +251,9 @@ func TestFleetJobCascadesThroughGroupsAndTasks(t *testing.T) {
 		NodeSelector: &metav1.LabelSelector{MatchLabels: sel},
 		TaskGroups: []batchv1.TaskGroupTemplate{
 			{Name: "a", Count: 3, Template: batchv1.TaskTemplate{Labels: map[string]string{"app": "a"}, Spec: batchv1.TaskSpec{Command: []string{"true"}, Resources: cpu("1")}}},
-			{Name: "b", Count: 2, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}, Resources: cpu("1"), Priority: 5}}},
+			{Name: "b", Count: 2, Template: batchv1.TaskTemplate{
+				Metadata: batchv1.TemplateMetadata{Labels: map[string]string{"app": "b"}, Annotations: map[string]string{"team": "robots"}},
+				Spec:     batchv1.TaskSpec{Command: []string{"true"}, Resources: cpu("1"), Priority: 5}}},
 		},
 	}}
 	if err := env.Client.Create(ctx, job); err != nil {
@@ -284,6 +286,9 @@ func TestFleetJobCascadesThroughGroupsAndTasks(t *testing.T) {
 	}
 	if tk := getTask(t, ns, "build-a-0"); tk.Labels["app"] != "a" {
 		t.Errorf("template labels not on the task: %v", tk.Labels)
+	}
+	if tk := getTask(t, ns, "build-b-1"); tk.Labels["app"] != "b" || tk.Annotations["team"] != "robots" {
+		t.Errorf("template metadata not on the task: labels %v, annotations %v", tk.Labels, tk.Annotations)
 	}
 	// No nodes yet: every task waits, so that all five compete once nodes
 	// come.

@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync/atomic"
 
@@ -183,17 +184,17 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 // newTask is task index of group g.
 func newTask(g *batchv1.TaskGroup, index int, scheme *runtime.Scheme) (*batchv1.Task, error) {
 	labels := map[string]string{}
-	for k, v := range g.Spec.Template.Labels {
-		labels[k] = v
-	}
+	maps.Copy(labels, g.Spec.Template.Labels)
+	maps.Copy(labels, g.Spec.Template.Metadata.Labels)
 	labels[batchv1.LabelTaskGroup] = kname.LabelValue(g.Name)
 	labels[batchv1.LabelIndex] = strconv.Itoa(index)
 	if j := g.Labels[batchv1.LabelFleetJob]; j != "" {
 		labels[batchv1.LabelFleetJob] = j
 	}
 	t := &batchv1.Task{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.Name, index), Namespace: g.Namespace, Labels: labels},
-		Spec:       *g.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.Name, index), Namespace: g.Namespace, Labels: labels,
+			Annotations: maps.Clone(g.Spec.Template.Metadata.Annotations)},
+		Spec: *g.Spec.Template.Spec.DeepCopy(),
 	}
 	return t, controllerutil.SetControllerReference(g, t, scheme)
 }
