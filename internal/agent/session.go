@@ -77,6 +77,12 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 
 	tracker := protocol.NewTracker(hubRev)
 	g, ctx := errgroup.WithContext(ctx)
+	// The stream lives on the session's context, which the group's does
+	// not end: when a heartbeat or report fails (no answer within
+	// callTimeout, or refused: the hub ended the session) the reader would
+	// wait in Recv for ever, and so would g.Wait. Over MQTT nothing else
+	// breaks the stream. End it with the group.
+	defer context.AfterFunc(ctx, cancel)()
 	// The reader only receives, so that envelopes that arrive while a run
 	// of them is being applied wait here and are applied (and acked)
 	// together, in one DB transaction, rather than one sync each.
