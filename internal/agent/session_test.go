@@ -118,3 +118,15 @@ func TestSessionEndsWhenAHeartbeatFails(t *testing.T) {
 		t.Fatalf("session ended with %v, want the heartbeat's FailedPrecondition", err)
 	}
 }
+
+// TestSessionEndsWhenTheHelloIsNotAnswered: a session whose hub never sends
+// its first envelope ends after helloTimeout.
+func TestSessionEndsWhenTheHelloIsNotAnswered(t *testing.T) {
+	defer func(d time.Duration) { helloTimeout = d }(helloTimeout)
+	helloTimeout = 200 * time.Millisecond
+	a := newTestAgent(t, nil)
+	err := runSession(t, a, &quietHub{mute: true})
+	if err == nil || !strings.Contains(err.Error(), "no answer to the session's hello") {
+		t.Fatalf("session ended with %v, want no answer to the hello", err)
+	}
+}
