@@ -23,6 +23,10 @@ import (
 // callTimeout bounds one SendMessage call.
 const callTimeout = 15 * time.Second
 
+// helloTimeout bounds the wait for the hub's first envelope of a session (a
+// variable for tests).
+var helloTimeout = time.Minute
+
 // session runs one stream to hub until it fails or ctx ends.
 func (a *Agent) session(ctx context.Context, id store.Identity, hub string) error {
 	cert, err := tls.X509KeyPair(id.CertPEM, id.KeyPEM)
@@ -54,8 +58,14 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	if err != nil {
 		return classify(hub, err)
 	}
-	// The first message proves the hub accepted us; only then is this hub "ours".
+	// The first message proves the hub accepted us; only then is this hub
+	// "ours". It comes at once from a hub that took the session: without
+	// it (over MQTT, a hello no hub answers) the agent tries again.
+	unanswered := time.AfterFunc(helloTimeout, cancel)
 	first, err := stream.Recv()
+	if !unanswered.Stop() {
+		return fmt.Errorf("hub %s: no answer to the session's hello within %v", hub, helloTimeout)
+	}
 	if err != nil {
 		return classify(hub, err)
 	}
@@ -77,6 +87,12 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 
 	tracker := protocol.NewTracker(hubRev)
 	g, ctx := errgroup.WithContext(ctx)
+	// The stream lives on the session's context, which the group's does
+	// not end: when a heartbeat or report fails (no answer within
+	// callTimeout, or refused: the hub ended the session) the reader would
+	// wait in Recv for ever, and so would g.Wait. Over MQTT nothing else
+	// breaks the stream. End it with the group.
+	defer context.AfterFunc(ctx, cancel)()
 	// The reader only receives, so that envelopes that arrive while a run
 	// of them is being applied wait here and are applied (and acked)
 	// together, in one DB transaction, rather than one sync each.

@@ -115,6 +115,25 @@ func startStack(t *testing.T, kind, ns string) *stack {
 // startStackWith is startStack with the bridge's DropFromAgent test hook.
 func startStackWith(t *testing.T, kind, ns string, drop func(*agentv1.Envelope) bool) *stack {
 	t.Helper()
+	return startStackOpts(t, kind, ns, stackOptions{drop: drop})
+}
+
+// stackOptions change a stack's defaults.
+type stackOptions struct {
+	// drop is the bridge's DropFromAgent test hook.
+	drop func(*agentv1.Envelope) bool
+	// offline is the hub's offline timeout. Default: 20s.
+	offline time.Duration
+	// now is the hub's clock. Default: time.Now.
+	now func() time.Time
+}
+
+// startStackOpts is startStack with o.
+func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
+	t.Helper()
+	if o.offline == 0 {
+		o.offline = 20 * time.Second
+	}
 	e := testenv.Require(t, env)
 	s := &stack{t: t, c: e.Client, ns: ns, logs: &syncBuffer{}, works: &works{}, sink: &sink{}}
 	s.log = slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -127,7 +146,7 @@ func startStackWith(t *testing.T, kind, ns string, drop func(*agentv1.Envelope) 
 	h, err := hub.New(hub.Options{
 		Name: ns, Client: e.Client, Namespace: s.ns, ListenAddress: "127.0.0.1:0",
 		ServingHosts: []string{"127.0.0.1"}, Work: s.works, Status: s.sink, Logger: s.log.With("component", "hub"),
-		HeartbeatInterval: 2 * time.Second, OfflineTimeout: 20 * time.Second,
+		HeartbeatInterval: 2 * time.Second, OfflineTimeout: o.offline, Now: o.now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +163,7 @@ func startStackWith(t *testing.T, kind, ns string, drop func(*agentv1.Envelope) 
 	if s.ca, err = h.CA(ctx); err != nil {
 		t.Fatal(err)
 	}
-	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge"), DropFromAgent: drop}
+	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge"), DropFromAgent: o.drop}
 	switch kind {
 	case "embedded":
 		opts.Listen = "127.0.0.1:0"

@@ -31,7 +31,11 @@ type session struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	over   chan struct{}
+	// end ends the session with a gRPC status that the agent is told on
+	// its response topic (M5), as the bridge does when the agent has been
+	// silent too long: a cancel alone ends the session without a word.
+	end  context.CancelCauseFunc
+	over chan struct{}
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -49,7 +53,8 @@ type outgoing struct {
 
 func newSession(ctx context.Context, b *Bridge, node, id string) *session {
 	s := &session{b: b, node: node, id: id, over: make(chan struct{}), unacked: map[string]*outgoing{}, lastSeen: time.Now()}
-	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.ctx, s.end = context.WithCancelCause(ctx)
+	s.cancel = func() { s.end(nil) }
 	return s
 }
 
@@ -79,8 +84,16 @@ func (s *session) run(req *agentv1.GetMessageRequest) {
 	log.Debug("agent session starts")
 	err := s.b.hub.ServeSession(s.ctx, s.node, req, s.send)
 	if s.ctx.Err() != nil {
-		log.Debug("agent session ended", "err", err)
-		return
+		// Ended by the bridge: a cancel (the agent is gone or said hello
+		// again, the bridge stops) needs no word; a status must reach the
+		// agent, or a stalled agent that resumes would wait for ever on a
+		// session that is gone.
+		cause, ok := status.FromError(context.Cause(s.ctx))
+		if !ok {
+			log.Debug("agent session ended", "err", err)
+			return
+		}
+		err = cause.Err()
 	}
 	if err == nil {
 		err = status.Error(codes.Aborted, "session ended")
@@ -167,7 +180,10 @@ func (s *session) resend() {
 		s.mu.Unlock()
 		if silent > idle {
 			s.b.log.Info("agent silent for longer than the offline timeout; ending its mqtt session", "node", s.node, "silent", silent)
-			s.cancel()
+			// Told to the agent (run), should it be only stalled: it says
+			// hello again rather than wait on a session that is gone.
+			s.end(status.Errorf(codes.Aborted, "no word from node %s for %v, longer than the offline timeout (%v): its session ended; say hello again",
+				s.node, silent.Round(time.Millisecond), idle))
 			return
 		}
 		slices.SortFunc(due, func(a, b *outgoing) int { return cmp.Compare(a.env.GetRevision(), b.env.GetRevision()) })
