@@ -29,6 +29,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -133,6 +134,12 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		SetConnectionLostHandler(func(_ paho.Client, err error) { c.fail(fmt.Errorf("mqtt connection to %s lost: %w", broker, err)) })
 	c.mc = paho.NewClient(mo)
 	if err := wait(ctx, c.mc.Connect()); err != nil {
+		if errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
+			// The broker checks the node's certificate and that its Last
+			// Will is on the node's own register topic, under the prefix.
+			return nil, fmt.Errorf("mqtt connect to %s as node %s: %w (the broker refused this node's certificate or its topics: "+
+				"check that --mqtt-prefix %q is the hub's, and that the node's certificate is from the hub's CA)", broker, opts.Node, err, opts.Prefix)
+		}
 		return nil, fmt.Errorf("mqtt connect to %s as node %s: %w", broker, opts.Node, err)
 	}
 	subs := map[string]paho.MessageHandler{

@@ -225,13 +225,13 @@ func TestStream(t *testing.T) {
 
 // TestBrokerRefusesAnotherPrefix: a broker whose rule does not cover the
 // client's prefix refuses it at connect (its Last Will is outside the rule),
-// with an error that names broker and node.
+// with an error that names broker and node, and says to check the prefix.
 func TestBrokerRefusesAnotherPrefix(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	_, err := Dial(ctx, Options{Broker: f.url, Node: "n3", Prefix: "other", TLS: f.tls("n3", topics.NodeOrganization)})
-	if err == nil || !strings.Contains(err.Error(), f.url) || !strings.Contains(err.Error(), "n3") {
-		t.Fatalf("Dial under a prefix the broker refuses = %v, want an error naming broker and node", err)
+	if err == nil || !strings.Contains(err.Error(), f.url) || !strings.Contains(err.Error(), "n3") || !strings.Contains(err.Error(), `--mqtt-prefix "other"`) {
+		t.Fatalf("Dial under a prefix the broker refuses = %v, want an error naming broker, node and prefix", err)
 	}
 }
