@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -33,13 +34,16 @@ the node; the hub serving the node streams it. You need get on tasks/log in
 the task's namespace; the hub checks your kubeconfig's credentials (client
 certificate or token) as the kube-apiserver does.
 
---previous prints the output tail (the last 4 KiB the agent reported) of the
-attempt before the current one, from the Task's status: the node may have
-removed that attempt's log files once the new attempt replaced it.`,
+--previous prints the log of the attempt before the current one, and
+--attempt N that of attempt N, from the node it ran on (which keeps an
+ended attempt's files for its --task-retention, 24h by default). When that
+node cannot give it (offline, or the files are gone), --previous prints the
+last 4 KiB the agent reported, from the Task's status, and says so.`,
 		Example: `  drover logs -n robots survey-3
   drover logs -n robots survey-3 -f --stream stderr
   drover logs survey-3 --tail 4096 --hub hub.example:7443
-  drover logs survey-3 --previous`,
+  drover logs survey-3 --previous
+  drover logs survey-3 --attempt 1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Stream != protocol.LogStdout && o.Stream != protocol.LogStderr {
@@ -49,6 +53,13 @@ removed that attempt's log files once the new attempt replaced it.`,
 				return fmt.Errorf("--tail %d: want a number of bytes, or 0 for all", tail)
 			}
 			o.TailBytes = uint64(tail)
+			if o.Attempt < 0 {
+				return fmt.Errorf("--attempt %d: want an attempt number, 1 or more", o.Attempt)
+			}
+			if previous && o.Attempt != 0 {
+				return errors.New("--previous and --attempt: name the attempt with one of them")
+			}
+			var t batchv1.Task
 			if previous {
 				if o.Follow {
 					return errors.New("--previous and --follow: a previous attempt has ended, there is nothing to follow")
@@ -57,17 +68,14 @@ removed that attempt's log files once the new attempt replaced it.`,
 				if err != nil {
 					return err
 				}
-				var t batchv1.Task
 				key := client.ObjectKey{Namespace: g.namespace(o.Namespace), Name: args[0]}
 				if err := c.Get(cmd.Context(), key, &t); err != nil {
 					return fmt.Errorf("get task %s: %w", key, err)
 				}
-				out, err := previousOutput(&t)
-				if err != nil {
-					return err
+				if t.Status.Attempt < 2 {
+					return fmt.Errorf("task %s has no previous attempt (it is at attempt %d)", key, max(t.Status.Attempt, 1))
 				}
-				_, err = io.WriteString(cmd.OutOrStdout(), out)
-				return err
+				o.Attempt = t.Status.Attempt - 1
 			}
 			cfg, err := g.restConfig()
 			if err != nil {
@@ -82,12 +90,30 @@ removed that attempt's log files once the new attempt replaced it.`,
 			if o.CAPEM, err = droverCA(cmd, c, caFile, droverNS); err != nil {
 				return err
 			}
-			return tasklogs.Copy(cmd.Context(), o, cmd.OutOrStdout())
+			if !previous {
+				return tasklogs.Copy(cmd.Context(), o, cmd.OutOrStdout())
+			}
+			// The whole log from the node, or else the tail the status kept:
+			// read first, so that a failure halfway prints nothing twice.
+			var buf bytes.Buffer
+			nodeErr := tasklogs.Copy(cmd.Context(), o, &buf)
+			if nodeErr == nil {
+				_, err = buf.WriteTo(cmd.OutOrStdout())
+				return err
+			}
+			out, err := previousOutput(&t)
+			if err != nil {
+				return fmt.Errorf("%w; and its node's log: %w", err, nodeErr)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "drover logs: the node's log of attempt %d cannot be read (%v); the last 4 KiB the agent reported follow\n", o.Attempt, nodeErr)
+			_, err = io.WriteString(cmd.OutOrStdout(), out)
+			return err
 		},
 	}
 	cmd.Flags().StringVarP(&o.Namespace, "namespace", "n", "", "the task's namespace"+namespaceFlagHelp)
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep printing output until the attempt ends")
-	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the output tail of the attempt before the current one (from the task's status)")
+	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "print the log of the attempt before the current one (from its node; else the tail in the task's status)")
+	cmd.Flags().Int32Var(&o.Attempt, "attempt", 0, "print the log of this attempt (from the node it ran on); 0: the current one")
 	cmd.Flags().StringVar(&o.Stream, "stream", protocol.LogStdout, "stdout or stderr")
 	cmd.Flags().Int64Var(&tail, "tail", 0, "start this many bytes before the end (0: all that the node keeps)")
 	cmd.Flags().StringVar(&o.Hub, "hub", "", "hub host:port (default: the hub the task's node is connected to)")

@@ -37,10 +37,10 @@ import (
 // signed by the kube-apiserver's client CA, or a bearer token checked with a
 // TokenReview; then authorized with a SubjectAccessReview.
 
-// LogTarget finds the node and agent work uid of the current attempt of
-// the task namespace/name. Errors that are gRPC statuses are passed on;
-// a NotFound API error becomes NotFound.
-type LogTarget func(ctx context.Context, namespace, name string) (node, uid string, err error)
+// LogTarget finds the node and agent work uid of an attempt of the task
+// namespace/name (0: the current one). Errors that are gRPC statuses are
+// passed on; a NotFound API error becomes NotFound.
+type LogTarget func(ctx context.Context, namespace, name string, attempt int32) (node, uid string, err error)
 
 // Trailers a TaskLogs call that another hub must answer carries.
 const (
@@ -246,7 +246,10 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 	if stream_ != protocol.LogStdout && stream_ != protocol.LogStderr {
 		return status.Errorf(codes.InvalidArgument, "stream %q: want stdout or stderr", stream_)
 	}
-	node, uid, err := h.opts.TaskLogs(ctx, req.GetNamespace(), req.GetName())
+	if req.GetAttempt() < 0 {
+		return status.Errorf(codes.InvalidArgument, "attempt %d: want 1 or more, or 0 for the current one", req.GetAttempt())
+	}
+	node, uid, err := h.opts.TaskLogs(ctx, req.GetNamespace(), req.GetName(), req.GetAttempt())
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return err

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"regexp"
 	"time"
 
@@ -62,4 +63,35 @@ func SetEndConditions(t *Task, final bool, now time.Time) bool {
 	set(ConditionComplete, complete)
 	set(ConditionFailed, failed)
 	return changed
+}
+
+// AttemptNode is the node attempt n of t ran on (0: the current attempt),
+// from its status and history, or an error that says why there is none.
+func AttemptNode(t *Task, n int32) (string, error) {
+	st := &t.Status
+	if n == 0 || n == st.Attempt {
+		if st.NodeName == "" || st.Attempt < 1 {
+			return "", fmt.Errorf("task %s/%s: attempt %d has not been scheduled to a node yet (state %s)", t.Namespace, t.Name, max(st.Attempt, 1), orNone(string(st.State)))
+		}
+		return st.NodeName, nil
+	}
+	if n < 0 || n > st.Attempt {
+		return "", fmt.Errorf("task %s/%s has no attempt %d (it is at attempt %d)", t.Namespace, t.Name, n, st.Attempt)
+	}
+	for _, a := range st.History {
+		if a.Attempt == n {
+			if a.Node == "" {
+				return "", fmt.Errorf("task %s/%s: attempt %d never reached a node (%s)", t.Namespace, t.Name, n, orNone(a.Reason))
+			}
+			return a.Node, nil
+		}
+	}
+	return "", fmt.Errorf("task %s/%s: attempt %d is not in its history (which keeps the last attempts only)", t.Namespace, t.Name, n)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

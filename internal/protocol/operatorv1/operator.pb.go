@@ -35,7 +35,10 @@ type TaskLogsRequest struct {
 	Stream string `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
 	Follow bool   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
 	// tail_bytes starts that many bytes before the end; 0: from the start.
-	TailBytes     uint64 `protobuf:"varint,5,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
+	TailBytes uint64 `protobuf:"varint,5,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
+	// attempt is the attempt whose log to read (its node keeps the files of
+	// an ended attempt for the agent's --task-retention); 0: the current one.
+	Attempt       int32 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -105,18 +108,26 @@ func (x *TaskLogsRequest) GetTailBytes() uint64 {
 	return 0
 }
 
+func (x *TaskLogsRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
 var File_drover_operator_v1_operator_proto protoreflect.FileDescriptor
 
 const file_drover_operator_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"!drover/operator/v1/operator.proto\x12\x12drover.operator.v1\x1a\x1bdrover/agent/v1/agent.proto\"\x92\x01\n" +
+	"!drover/operator/v1/operator.proto\x12\x12drover.operator.v1\x1a\x1bdrover/agent/v1/agent.proto\"\xac\x01\n" +
 	"\x0fTaskLogsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
 	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x16\n" +
 	"\x06follow\x18\x04 \x01(\bR\x06follow\x12\x1d\n" +
 	"\n" +
-	"tail_bytes\x18\x05 \x01(\x04R\ttailBytes2X\n" +
+	"tail_bytes\x18\x05 \x01(\x04R\ttailBytes\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\x05R\aattempt2X\n" +
 	"\bOperator\x12L\n" +
 	"\bTaskLogs\x12#.drover.operator.v1.TaskLogsRequest\x1a\x19.drover.agent.v1.LogChunk0\x01BHZFgithub.com/drover-fleet/drover/internal/protocol/operatorv1;operatorv1b\x06proto3"
 

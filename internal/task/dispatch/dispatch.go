@@ -1190,17 +1190,21 @@ func setTime(dst **metav1.Time, s string) bool {
 	return true
 }
 
-// LogTarget finds the node and work id of the current attempt of the task
-// namespace/name, for the hub's TaskLogs.
-func (d *Dispatcher) LogTarget(ctx context.Context, namespace, name string) (node, uid string, err error) {
+// LogTarget finds the node and work id of attempt (0: the current one) of
+// the task namespace/name, for the hub's TaskLogs.
+func (d *Dispatcher) LogTarget(ctx context.Context, namespace, name string, attempt int32) (node, uid string, err error) {
 	var t batchv1.Task
 	if err := d.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &t); err != nil {
 		return "", "", err
 	}
-	if t.Status.NodeName == "" || t.Status.Attempt < 1 {
-		return "", "", status.Errorf(codes.FailedPrecondition, "task %s/%s has not been scheduled to a node yet (state %s)", namespace, name, orNone(string(t.Status.State)))
+	node, err = batchv1.AttemptNode(&t, attempt)
+	if err != nil {
+		return "", "", status.Error(codes.FailedPrecondition, err.Error())
 	}
-	return t.Status.NodeName, wire.WorkID(string(t.UID), t.Status.Attempt), nil
+	if attempt == 0 {
+		attempt = t.Status.Attempt
+	}
+	return node, wire.WorkID(string(t.UID), attempt), nil
 }
 
 func orNone(s string) string {

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"os"
@@ -380,4 +381,51 @@ func TestTaskLogsRotation(t *testing.T) {
 			t.Errorf("tail %d: %q, %v; want %q", tc.tail, got, err, tc.want)
 		}
 	}
+}
+
+// TestEarlierAttemptLogs: the log of an attempt that a newer one replaced
+// is read from the node it ran on, through the hub and the client.
+func TestEarlierAttemptLogs(t *testing.T) {
+	f := start(t)
+	mark := filepath.Join(t.TempDir(), "ran")
+	task := f.schedule("again", "/bin/sh", "-c", `if [ -e `+mark+` ]; then echo "attempt 2"; else touch `+mark+`; echo "attempt 1"; fi`)
+	done := f.waitState(task, batchv1.TaskCompleted)
+	// Attempt 2, as the manager starts it (a restart or a reschedule).
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	first := done.Status
+	done.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: f.node, Attempt: 2,
+		History: []batchv1.TaskAttempt{{Attempt: 1, Node: f.node, State: first.State, Reason: first.Reason, ExitCode: first.ExitCode}}}
+	if err := f.c.Status().Update(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "attempt 2 completed", func(ctx context.Context) (bool, error) {
+		var tk batchv1.Task
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(task), &tk); err != nil {
+			return false, err
+		}
+		return tk.Status.Attempt == 2 && tk.Status.State == batchv1.TaskCompleted, nil
+	})
+	admin, _ := f.operator(adminCert(t), "")
+	for attempt, want := range map[int32]string{0: "attempt 2\n", 2: "attempt 2\n", 1: "attempt 1\n"} {
+		got, _, err := readLogs(ctx, admin, &operatorv1.TaskLogsRequest{Namespace: f.ns, Name: task.Name, Attempt: attempt}, nil)
+		if err != nil || got != want {
+			t.Errorf("attempt %d: %q, %v; want %q", attempt, got, err, want)
+		}
+	}
+	_, _, err := readLogs(ctx, admin, &operatorv1.TaskLogsRequest{Namespace: f.ns, Name: task.Name, Attempt: 3}, nil)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "has no attempt 3") {
+		t.Errorf("attempt 3: %v, want FailedPrecondition saying there is none", err)
+	}
+	o := tasklogs.Options{Config: env.Config, Client: f.c, DroverNamespace: f.droverNS, CAPEM: f.caPEM(), Namespace: f.ns, Name: task.Name, Attempt: 1}
+	testenv.Eventually(t, waitTimeout, "the client reads attempt 1", func(ctx context.Context) (bool, error) {
+		var out strings.Builder
+		if err := tasklogs.Copy(ctx, o, &out); err != nil {
+			return false, err
+		}
+		if out.String() != "attempt 1\n" {
+			return false, fmt.Errorf("got %q", out.String())
+		}
+		return true, nil
+	})
 }

@@ -53,6 +53,8 @@ type Options struct {
 	Follow bool
 	// TailBytes starts that many bytes before the end; 0: from the start.
 	TailBytes uint64
+	// Attempt is the attempt whose log to read; 0: the current one.
+	Attempt int32
 }
 
 // Copy writes the task's log to w until its end (with Follow: until the
@@ -95,9 +97,9 @@ func findHub(ctx context.Context, o Options) (string, error) {
 	if err := o.Client.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, &t); err != nil {
 		return "", fmt.Errorf("get task %s/%s: %w", o.Namespace, o.Name, err)
 	}
-	node := t.Status.NodeName
-	if node == "" {
-		return "", fmt.Errorf("task %s/%s has not been scheduled to a node yet (state %s): it has no logs", o.Namespace, o.Name, orNone(string(t.Status.State)))
+	node, err := batchv1.AttemptNode(&t, o.Attempt)
+	if err != nil {
+		return "", fmt.Errorf("%w: no logs to read", err)
 	}
 	var n fleetv1.FleetNode
 	if err := o.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
@@ -115,13 +117,6 @@ func findHub(ctx context.Context, o Options) (string, error) {
 		return "", fmt.Errorf("hub %s publishes no address on its Lease %s/%s; pass --hub host:port", n.Status.Hub, o.DroverNamespace, l.Name)
 	}
 	return addr, nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 // Credentials is the TLS configuration and bearer token the kubeconfig's
@@ -170,7 +165,7 @@ func copyFrom(ctx context.Context, o Options, addr string, w io.Writer) error {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
 	stream, err := operatorv1.NewOperatorClient(conn).TaskLogs(ctx, &operatorv1.TaskLogsRequest{
-		Namespace: o.Namespace, Name: o.Name, Stream: o.Stream, Follow: o.Follow, TailBytes: o.TailBytes,
+		Namespace: o.Namespace, Name: o.Name, Stream: o.Stream, Follow: o.Follow, TailBytes: o.TailBytes, Attempt: o.Attempt,
 	})
 	if err != nil {
 		return fmt.Errorf("hub %s: %w", addr, err)
