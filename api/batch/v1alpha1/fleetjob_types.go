@@ -34,6 +34,13 @@ type FleetJobSpec struct {
 	// +kubebuilder:validation:Enum=Never;OnNodeLost
 	// +optional
 	ReschedulePolicy ReschedulePolicy `json:"reschedulePolicy,omitempty"`
+	// activeDeadlineSeconds of every group (from the group's creation,
+	// which is the job's unless the group was added later): then its
+	// unfinished tasks are deleted and it ends Failed, and so does the
+	// job. Unset: no limit.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 	// taskGroups, each made into a TaskGroup owned by this job.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64

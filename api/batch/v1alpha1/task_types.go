@@ -61,6 +61,8 @@ const (
 	ReasonBackoff       = "BackOff"
 	ReasonCancelled     = "Cancelled"
 	ReasonAttemptsSpent = "AttemptsExhausted"
+	// ReasonDeadlineExceeded: a group ran past its activeDeadlineSeconds.
+	ReasonDeadlineExceeded = "DeadlineExceeded"
 )
 
 // EnvVar is one environment variable of a task's process.

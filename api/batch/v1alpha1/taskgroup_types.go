@@ -78,6 +78,13 @@ type TaskGroupSpec struct {
 	// +kubebuilder:validation:Maximum=10000
 	Count    int32        `json:"count"`
 	Template TaskTemplate `json:"template"`
+	// activeDeadlineSeconds bounds how long the group runs, counted from
+	// its creation, as a batch/v1 Job's does: then its unfinished tasks
+	// are deleted (a running one's process is stopped) and it ends
+	// Failed, reason DeadlineExceeded. Unset: no limit.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 }
 
 // TaskGroupStatus aggregates the group's tasks.

@@ -877,3 +877,65 @@ func TestDeletingTaskHoldsItsResources(t *testing.T) {
 	}
 	waitTask(t, ns, "second", "scheduled once the first is gone", stateIs(batchv1.TaskScheduled, 1))
 }
+
+// TestActiveDeadline: a job whose group cannot finish (no node matches it)
+// ends at activeDeadlineSeconds: that group's unfinished tasks are deleted
+// and it ends Failed, reason DeadlineExceeded, and so does the job; a group
+// that finished before is left as it ended.
+func TestActiveDeadline(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	ns := start(t, "deadline", clock)
+	ctx := context.Background()
+	sel := map[string]string{"test": "deadline"}
+	node(t, "deadline-1", fleetv1.FleetNodeOnline, cpu("4"), sel)
+	job := &batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dl"}, Spec: batchv1.FleetJobSpec{
+		ActiveDeadlineSeconds: ptr(int64(60)),
+		TaskGroups: []batchv1.TaskGroupTemplate{
+			{Name: "quick", Count: 1, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"},
+				NodeSelector: &metav1.LabelSelector{MatchLabels: sel}}}},
+			{Name: "stuck", Count: 2, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"},
+				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": "nowhere"}}}}},
+		},
+	}}
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitTask(t, ns, "dl-quick-0", "scheduled", stateIs(batchv1.TaskScheduled, 1))
+	hub(t, ns, "dl-quick-0", 1, batchv1.TaskCompleted, ptr(int32(0)), "Completed", clock.Now())
+	for _, name := range []string{"dl-stuck-0", "dl-stuck-1"} {
+		waitTask(t, ns, name, "unschedulable", func(tk *batchv1.Task) bool { return tk.Status.Reason == batchv1.ReasonUnschedulable })
+	}
+	var quick batchv1.TaskGroup
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKey{Namespace: ns, Name: "dl-quick"}, &quick, func(client.Object) bool {
+		return quick.Status.Phase == batchv1.GroupCompleted
+	})
+
+	// The group was made a moment after the fake clock started.
+	clock.Step(90 * time.Second)
+	poke(t, ns, "dl-stuck-0")
+	var stuck batchv1.TaskGroup
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKey{Namespace: ns, Name: "dl-stuck"}, &stuck, func(client.Object) bool {
+		c := meta.FindStatusCondition(stuck.Status.Conditions, batch.ConditionFailed)
+		return stuck.Status.Phase == batchv1.GroupFailed && c != nil && c.Status == metav1.ConditionTrue && c.Reason == batchv1.ReasonDeadlineExceeded
+	})
+	if c := stuck.Status.Counts; c.Failed != 2 || c.Total != 2 {
+		t.Errorf("counts %+v, want the 2 stopped tasks failed", c)
+	}
+	testenv.Eventually(t, waitTimeout, "the unfinished tasks deleted", func(ctx context.Context) (bool, error) {
+		var list batchv1.TaskList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{batchv1.LabelTaskGroup: "dl-stuck"}); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	})
+	var j batchv1.FleetJob
+	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(job), &j, func(client.Object) bool {
+		return j.Status.Phase == batchv1.GroupFailed && meta.IsStatusConditionTrue(j.Status.Conditions, batch.ConditionFailed)
+	})
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "dl-quick"}, &quick); err != nil || quick.Status.Phase != batchv1.GroupCompleted {
+		t.Errorf("the group that finished in time: %s, %v", quick.Status.Phase, err)
+	}
+	if tk := getTask(t, ns, "dl-quick-0"); tk.Status.State != batchv1.TaskCompleted {
+		t.Errorf("the finished task: %s", tk.Status.State)
+	}
+}

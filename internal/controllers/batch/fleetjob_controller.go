@@ -150,6 +150,7 @@ func desiredSpec(job *batchv1.FleetJob, tmpl batchv1.TaskGroupTemplate) batchv1.
 	if ts.ReschedulePolicy == "" {
 		ts.ReschedulePolicy = job.Spec.ReschedulePolicy
 	}
+	spec.ActiveDeadlineSeconds = job.Spec.ActiveDeadlineSeconds
 	return spec
 }
 

@@ -41,7 +41,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&FleetJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FleetJob controller: %w", err)
 	}
-	if err := (&TaskGroupReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+	if err := (&TaskGroupReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up TaskGroup controller: %w", err)
 	}
 	if err := (&TaskReconciler{Client: mgr.GetClient(), Recorder: rec, Clock: opts.Clock, DispatchTimeout: opts.DispatchTimeout}).SetupWithManager(mgr); err != nil {

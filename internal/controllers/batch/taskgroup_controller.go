@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -41,6 +43,8 @@ type TaskGroupReconciler struct {
 	Recorder events.EventRecorder
 	// APIReader reads a task afresh before deleting it; nil: the cache.
 	APIReader client.Reader
+	// Clock of activeDeadlineSeconds; nil: the real one.
+	Clock clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups,verbs=get;list;watch
@@ -83,6 +87,7 @@ func (r *TaskGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
 		ctrlkit.NewAction("LoadTasks", w.loadTasks),
 		ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+		ctrlkit.NewAction("Deadline", w.deadline),
 		ctrlkit.NewAction("CreateTasks", w.createMissing),
 		ctrlkit.NewAction("UpdateStatus", w.updateStatus),
 	).Run(ctx))
@@ -100,6 +105,42 @@ type groupRun struct {
 	// stale: a task existed that the cache did not show; counting now
 	// could count a finished task as new. Its arrival brings us back.
 	stale atomic.Bool
+	// expired is set once the group's activeDeadlineSeconds has passed;
+	// until then, untilDeadline is what is left of it (0: no deadline).
+	expired       bool
+	stopped       int
+	untilDeadline time.Duration
+}
+
+// deadline ends a group past its activeDeadlineSeconds: its unfinished
+// tasks are deleted (their hubs stop the processes first) and none is made
+// again; updateStatus then ends it Failed.
+func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
+	g := w.group
+	if g.Spec.ActiveDeadlineSeconds == nil {
+		return ctrlkit.NoRequeue()
+	}
+	now := time.Now()
+	if w.r.Clock != nil {
+		now = w.r.Clock.Now()
+	}
+	end := g.CreationTimestamp.Add(time.Duration(*g.Spec.ActiveDeadlineSeconds) * time.Second)
+	if now.Before(end) {
+		w.untilDeadline = end.Sub(now)
+		return ctrlkit.NoRequeue()
+	}
+	w.expired = true
+	for _, t := range w.mine {
+		if t.Status.State.Final() {
+			continue
+		}
+		w.stopped++
+		if _, err := deleteDependent(ctx, w.r.Client, w.r.APIReader, t, g.UID); err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("delete Task "+t.Name+" past the group's deadline", err)
+		}
+	}
+	w.stopped += len(w.terminating)
+	return ctrlkit.NoRequeue()
 }
 
 func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
@@ -148,6 +189,9 @@ func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error)
 
 func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) {
 	g := w.group
+	if w.expired {
+		return ctrlkit.NoRequeue()
+	}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(8)
 	var missing []*batchv1.Task
@@ -205,17 +249,32 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.NoRequeue()
 	}
 	var c batchv1.TaskCounts
-	for _, t := range w.mine {
-		addState(&c, countedState(t))
+	for i := range int(g.Spec.Count) {
+		t := w.mine[i]
+		switch {
+		case w.expired && (t == nil || !t.Status.State.Final()):
+			// Stopped at the deadline (or never made): failed.
+			addState(&c, batchv1.TaskFailed)
+		case t != nil:
+			addState(&c, countedState(t))
+		}
 	}
 	before := g.Status.DeepCopy()
 	st := &g.Status
 	st.Counts = c
 	st.Phase = phaseOf(c, g.Spec.Count, before.Phase)
 	st.ObservedGeneration = g.Generation
-	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, c, g.Spec.Count, g.Generation))
+	complete := completeCondition(st.Phase, c, g.Spec.Count, g.Generation)
+	if w.expired {
+		st.Phase = batchv1.GroupFailed
+		complete = completeCondition(st.Phase, c, g.Spec.Count, g.Generation)
+		complete.Reason = batchv1.ReasonDeadlineExceeded
+		complete.Message = fmt.Sprintf("active for more than activeDeadlineSeconds (%ds): %d unfinished tasks stopped; %s",
+			*g.Spec.ActiveDeadlineSeconds, w.stopped, complete.Message)
+	}
+	setPhaseConditions(&st.Conditions, st.Phase, complete)
 	if equality.Semantic.DeepEqual(before, st) {
-		return ctrlkit.NoRequeue()
+		return w.requeueAtDeadline()
 	}
 	if err := w.r.Client.Status().Update(ctx, g); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -224,6 +283,15 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.RequeueIfErrorAndWrap("update TaskGroup status", err)
 	}
 	phaseEvent(w.r.Recorder, g, before.Phase, st.Phase, st.Conditions)
+	return w.requeueAtDeadline()
+}
+
+// requeueAtDeadline looks at the group again when its deadline passes, if
+// it has one to come.
+func (w *groupRun) requeueAtDeadline() (reconcile.Result, error) {
+	if w.untilDeadline > 0 && !w.group.Status.Phase.Final() {
+		return ctrlkit.RequeueAfter(w.untilDeadline)
+	}
 	return ctrlkit.NoRequeue()
 }
 
