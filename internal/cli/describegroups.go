@@ -55,6 +55,9 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 				reschedule = j.Spec.ReschedulePolicy
 			}
 			p(tw, "Policies", fmt.Sprintf("restart %s, reschedule %s", restart, reschedule))
+			if d := j.Spec.ActiveDeadlineSeconds; d != nil {
+				p(tw, "Active Deadline", fmt.Sprintf("%ds for each group", *d))
+			}
 			counts(tw, j.Status.Phase, j.Status.Counts, j.Status.Conditions)
 			tw.(*tabwriter.Writer).Flush()
 			fmt.Fprintln(w, "Groups:")
@@ -79,6 +82,9 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 				p(tw, owner.Kind, owner.Name)
 			}
 			p(tw, "Count", fmt.Sprint(g.Spec.Count))
+			if d := g.Spec.ActiveDeadlineSeconds; d != nil {
+				p(tw, "Active Deadline", fmt.Sprintf("%ds, until %s", *d, g.CreationTimestamp.Add(time.Duration(*d)*time.Second).UTC().Format(time.RFC3339)))
+			}
 			p(tw, "Command", quoteArgv(g.Spec.Template.Spec.Command))
 			if g.Spec.Template.Spec.NodeSelector != nil {
 				p(tw, "Node Selector", metav1.FormatLabelSelector(g.Spec.Template.Spec.NodeSelector))
