@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,7 +54,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return id, &FatalError{fmt.Errorf("CA file %s holds no PEM certificate", a.opts.CAFile)}
 	}
-	keyPEM, csr, err := pki.NewKeyAndCSR(a.opts.Node)
+	keyPEM, csr, err := a.registrationKey()
 	if err != nil {
 		return id, err
 	}
@@ -78,6 +79,9 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 			if err := a.db.SaveIdentity(ctx, id); err != nil {
 				return id, err
 			}
+			if err := os.Remove(a.registrationKeyPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+				a.log.Warn("cannot remove the registration key file; the key is in the agent DB now", "err", err)
+			}
 			a.log.Info("registered; certificate saved", "hub", hub)
 			return id, nil
 		case err == nil:
@@ -101,6 +105,40 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// registrationKeyPath holds the node's key from its first Register until
+// it is approved: the hub binds the node's name to that key, so an agent
+// restarted while it waits must ask again with the same one.
+func (a *Agent) registrationKeyPath() string {
+	return filepath.Join(a.opts.StateDir, "registration.key")
+}
+
+// registrationKey is the key (and a request for it) to register with: the
+// one a restarted agent left waiting, else a new one, saved first.
+func (a *Agent) registrationKey() (keyPEM, csr []byte, err error) {
+	path := a.registrationKeyPath()
+	if keyPEM, err = os.ReadFile(path); err == nil {
+		if csr, err = pki.CSRForKey(keyPEM, a.opts.Node); err != nil {
+			return nil, nil, &FatalError{fmt.Errorf("registration key %s: %w (remove it, and delete the FleetNode, to register afresh)", path, err)}
+		}
+		a.log.Info("registering with the key of an earlier start", "file", path)
+		return keyPEM, csr, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+	if keyPEM, csr, err = pki.NewKeyAndCSR(a.opts.Node); err != nil {
+		return nil, nil, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, keyPEM, 0o600); err != nil {
+		return nil, nil, fmt.Errorf("save the registration key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, nil, fmt.Errorf("save the registration key: %w", err)
+	}
+	return keyPEM, csr, nil
 }
 
 func (a *Agent) registerOnce(ctx context.Context, hub string, roots *x509.CertPool, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {

@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +132,31 @@ func TestSessionEndsWhenTheHelloIsNotAnswered(t *testing.T) {
 	err := runSession(t, a, &quietHub{mute: true})
 	if err == nil || !strings.Contains(err.Error(), "no answer to the session's hello") {
 		t.Fatalf("session ended with %v, want no answer to the hello", err)
+	}
+}
+
+// TestRegistrationKeySurvivesARestart: an agent that waits for approval and
+// restarts asks again with the same key, which the hub bound the node to.
+func TestRegistrationKeySurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	a := &Agent{opts: Options{Node: "k1", StateDir: dir}, log: slog.New(slog.DiscardHandler)}
+	key1, csr1, err := a.registrationKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2, csr2, err := a.registrationKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(key1, key2) {
+		t.Error("a second start made a new key")
+	}
+	fp1, err1 := pki.CSRKeyFingerprint(csr1)
+	fp2, err2 := pki.CSRKeyFingerprint(csr2)
+	if err1 != nil || err2 != nil || fp1 != fp2 {
+		t.Errorf("requests for different keys: %s, %s (%v, %v)", fp1, fp2, err1, err2)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "registration.key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("registration.key: %v, %v; want mode 0600", st, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/bootstrap"
+	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -62,12 +63,21 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 		return nil, status.Errorf(codes.Unavailable, "register node %s: %v", node, err)
 	}
 
-	fn, created, err := h.ensureNode(ctx, node, tok, req.GetInfo())
+	key, err := pki.CSRKeyFingerprint(req.GetCsr())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+	}
+	fn, created, err := h.ensureNode(ctx, node, tok, key, req.GetInfo())
 	if err != nil {
 		return nil, err
 	}
 	if fn.Spec.Revoked {
 		return nil, status.Errorf(codes.PermissionDenied, "node %s is revoked; delete the FleetNode to let it register again", node)
+	}
+	if !created {
+		if err := h.checkRegistrationKey(fn, key); err != nil {
+			return nil, err
+		}
 	}
 	var certDER []byte
 	var cert *x509.Certificate
@@ -112,7 +122,7 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 
 // ensureNode returns the node's FleetNode, creating it on first
 // registration (created reports that; its status is still empty).
-func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, info *agentv1.NodeInfo) (*fleetv1.FleetNode, bool, error) {
+func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, key string, info *agentv1.NodeInfo) (*fleetv1.FleetNode, bool, error) {
 	var fn fleetv1.FleetNode
 	err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn)
 	if err == nil {
@@ -125,7 +135,7 @@ func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        node,
 			Labels:      nodeLabels(info),
-			Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: tok.ID},
+			Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: tok.ID, fleetv1.AnnotationRegistrationKey: key},
 		},
 		Spec: fleetv1.FleetNodeSpec{Approved: tok.AutoApprove},
 	}
@@ -140,6 +150,31 @@ func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, 
 	}
 	h.metrics.apiWrites.WithLabelValues("register").Inc()
 	return &fn, true, nil
+}
+
+// checkRegistrationKey refuses a registration under the name of a node
+// that another machine registered: a bootstrap token lets a machine join,
+// not take over (or run the work of) a node that exists. The machine that
+// registered first keeps its key while it waits for approval (its agent
+// keeps the key in its state dir), so its retries match. A node registered
+// before keys were recorded is refused once it holds a certificate.
+func (h *Hub) checkRegistrationKey(fn *fleetv1.FleetNode, key string) error {
+	refuse := func() error {
+		return status.Errorf(codes.PermissionDenied, "node %s is already registered by another machine (another key); "+
+			"if this machine replaces it, delete the FleetNode first (kubectl delete fleetnode %s), "+
+			"or give this machine another --node name", fn.Name, fn.Name)
+	}
+	switch have := fn.Annotations[fleetv1.AnnotationRegistrationKey]; {
+	case have == key:
+		return nil
+	case have != "":
+		return refuse()
+	case fn.Status.CertificateExpiry != nil:
+		return refuse()
+	}
+	// Registered before keys were recorded and still waiting: the hub may
+	// not write a FleetNode's metadata (config/rbac), so it stays unbound.
+	return nil
 }
 
 // initStatus fills a new node's status: Pending, approved or waiting for

@@ -3,12 +3,18 @@ package hub
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/bootstrap"
+	"github.com/drover-fleet/drover/internal/pki"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
 
@@ -59,4 +65,65 @@ func TestRegistrationWrites(t *testing.T) {
 			t.Errorf("writes for %s: %v, want %v", tc.reason, got, tc.want)
 		}
 	}
+}
+
+// TestRegistrationIsBoundToTheFirstKey: a bootstrap token lets a machine
+// join under a new name, not take over a node another machine registered
+// (a cloned VM, a typo in --node, or an impostor), whether that node waits
+// for approval or holds a certificate; the first machine's retries, with its
+// key, still work.
+func TestRegistrationIsBoundToTheFirstKey(t *testing.T) {
+	f := newFixture(t, "hub-register-key")
+	h := f.startHub(Options{Name: "hub-register-key", Status: &sink{}})
+	ctx := context.Background()
+	manual, err := bootstrap.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bootstrap.Create(ctx, f.c, f.ns, manual); err != nil {
+		t.Fatal(err)
+	}
+	keyA, csrA, err := pki.NewKeyAndCSR("bound-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, csrB, err := pki.NewKeyAndCSR("bound-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(tok string, csr []byte) (*agentv1.RegisterResponse, error) {
+		return h.Register(ctx, &agentv1.RegisterRequest{Node: "bound-node", BootstrapToken: tok, Csr: csr, Info: &agentv1.NodeInfo{}})
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "already registered by another machine") {
+			t.Errorf("%s: %v, want PermissionDenied naming the other machine", what, err)
+		}
+	}
+	if r, err := register(manual.String(), csrA); err != nil || r.GetResult() != agentv1.RegisterResponse_RESULT_PENDING {
+		t.Fatalf("first registration: %v, %v; want pending", r, err)
+	}
+	_, err = register(manual.String(), csrB)
+	refused("another key while the node waits for approval", err)
+	// The first machine, restarted, asks again with the same key.
+	again, err := pki.CSRForKey(keyA, "bound-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := register(manual.String(), again); err != nil || r.GetResult() != agentv1.RegisterResponse_RESULT_PENDING {
+		t.Errorf("the first machine again: %v, %v; want pending", r, err)
+	}
+	var fn fleetv1.FleetNode
+	if err := f.c.Get(ctx, client.ObjectKey{Name: "bound-node"}, &fn); err != nil {
+		t.Fatal(err)
+	}
+	fn.Spec.Approved = true
+	if err := f.c.Update(ctx, &fn); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := register(manual.String(), again); err != nil || r.GetResult() != agentv1.RegisterResponse_RESULT_APPROVED {
+		t.Fatalf("the first machine once approved: %v, %v; want a certificate", r, err)
+	}
+	_, err = register(f.token(), csrB)
+	refused("another key, with an auto-approving token, once the node holds a certificate", err)
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -139,17 +141,41 @@ func NewKeyAndCSR(commonName string) (keyPEM, csrDER []byte, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate key: %w", err)
 	}
-	csrDER, err = x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: commonName},
-	}, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create certificate request: %w", err)
-	}
 	keyPEM, err = EncodeKey(key)
 	if err != nil {
 		return nil, nil, err
 	}
+	csrDER, err = CSRForKey(keyPEM, commonName)
+	if err != nil {
+		return nil, nil, err
+	}
 	return keyPEM, csrDER, nil
+}
+
+// CSRForKey makes a certificate request for commonName with the PEM key.
+func CSRForKey(keyPEM []byte, commonName string) ([]byte, error) {
+	key, err := ParseKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: commonName},
+	}, key)
+	if err != nil {
+		return nil, fmt.Errorf("create certificate request: %w", err)
+	}
+	return csrDER, nil
+}
+
+// CSRKeyFingerprint is the hex SHA-256 of a certificate request's public
+// key: what ties a node's registration to the machine that holds the key.
+func CSRKeyFingerprint(csrDER []byte) (string, error) {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return "", fmt.Errorf("parse certificate request: %w", err)
+	}
+	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // EncodeCert PEM-encodes a DER certificate.

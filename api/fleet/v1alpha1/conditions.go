@@ -44,4 +44,9 @@ const (
 	LabelArch = "fleet.drover.io/arch"
 	// AnnotationBootstrapToken records the id of the token a node registered with.
 	AnnotationBootstrapToken = "fleet.drover.io/bootstrap-token-id"
+	// AnnotationRegistrationKey records the SHA-256 of the public key the
+	// node first registered with: a registration under the same name with
+	// another key (another machine) is refused until the FleetNode is
+	// deleted.
+	AnnotationRegistrationKey = "fleet.drover.io/registration-key-sha256"
 )
