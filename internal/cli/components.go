@@ -25,6 +25,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/nodejob/executor"
+	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/task/dispatch"
 )
 
@@ -68,6 +69,9 @@ func (c *componentOptions) validate(withHub bool) error {
 		return fmt.Errorf("--offline-timeout %v must be longer than --heartbeat-interval %v", c.offlineTimeout, c.heartbeat)
 	}
 	if withHub {
+		if c.hubName != "" && protocol.ValidNodeName(c.hubName) != nil {
+			return fmt.Errorf("--hub-name %q: want a lowercase DNS name (a-z, 0-9, '-' and '.', at most 253 characters), as it names the hub's Lease", c.hubName)
+		}
 		if _, _, err := net.SplitHostPort(c.hubListen); err != nil {
 			return fmt.Errorf("--hub-listen %q: %w", c.hubListen, err)
 		}

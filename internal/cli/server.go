@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,11 +99,16 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	}
 	began := time.Now()
 	log.Info("starting control plane", "dataDir", o.dataDir)
-	cp, err := controlplane.Start(ctx, controlplane.Options{DataDir: o.dataDir, APIServerPort: o.apiPort, Logger: log.With("component", "controlplane")})
+	// The control plane has a context of its own, ended on every return:
+	// an error after it started must stop it, not wait for it.
+	cpCtx, stopCP := context.WithCancel(ctx)
+	cp, err := controlplane.Start(cpCtx, controlplane.Options{DataDir: o.dataDir, APIServerPort: o.apiPort, Logger: log.With("component", "controlplane")})
 	if err != nil {
+		stopCP()
 		return err
 	}
 	defer func() {
+		stopCP()
 		if err := cp.Wait(); err != nil && ctx.Err() == nil {
 			log.Error("control plane stopped", "err", err)
 		}
@@ -142,15 +148,14 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.mgr.Start(ctx) })
+	// A component that failed to start ends ctx; its error says why.
 	hubAddr, err := r.hubAddress(ctx)
 	if err != nil {
-		_ = g.Wait()
-		return err
+		return cmp.Or(g.Wait(), err)
 	}
 	mqttURL, err := r.mqttURL(ctx)
 	if err != nil {
-		_ = g.Wait()
-		return err
+		return cmp.Or(g.Wait(), err)
 	}
 	kubeconfig, _ := filepath.Abs(cp.KubeconfigPath())
 	caAbs, _ := filepath.Abs(caFile)

@@ -122,7 +122,7 @@ func (o *Options) defaults() error {
 		o.Name = h
 	}
 	if err := protocol.ValidNodeName(o.Name); err != nil {
-		return fmt.Errorf("hub options: Name %q: %w", o.Name, err)
+		return fmt.Errorf("hub name %q: want a lowercase DNS name, as it names the hub's Lease: %w", o.Name, err)
 	}
 	if o.Namespace == "" {
 		o.Namespace = "drover-system"
