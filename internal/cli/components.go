@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -35,6 +38,7 @@ type componentOptions struct {
 	namespace        string
 	metricsAddr      string
 	pprofAddr        string
+	healthAddr       string
 	hubName          string
 	hubListen        string
 	hubHosts         []string
@@ -50,6 +54,7 @@ func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.namespace, "namespace", "drover-system", "namespace for Drover's CA, bootstrap tokens and hub Leases")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus /metrics address; 0 disables")
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", "Go pprof address for profiling (empty disables)")
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", "0", "address of /healthz and /readyz for liveness and readiness probes, e.g. :8081; 0 disables")
 	fs.DurationVar(&c.offlineTimeout, "offline-timeout", 5*time.Minute, "a node silent this long is Offline")
 	c.gates = features.New()
 	fs.Var(features.Flag{Gate: c.gates}, "feature-gates", "comma-separated name=bool pairs (a bare name means true). Known: "+strings.Join(c.gates.KnownFeatures(), "; "))
@@ -106,12 +111,18 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			&corev1.Secret{}:        {Namespaces: map[string]cache.Config{c.namespace: {}}},
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{c.namespace: {}}},
 		}},
-		HealthProbeBindAddress:  "0",
+		HealthProbeBindAddress:  cmp.Or(c.healthAddr, "0"),
 		PprofBindAddress:        c.pprofAddr,
 		LeaderElection:          withManager && c.leaderElect,
 		LeaderElectionID:        "drover-manager",
 		LeaderElectionNamespace: c.namespace,
+		// A manager that stops cleanly lets the next one lead at once,
+		// not after the Lease expires.
+		LeaderElectionReleaseOnCancel: true,
 	})
+	if err == nil && c.healthAddr != "" && c.healthAddr != "0" {
+		err = errors.Join(mgr.AddHealthzCheck("ping", healthz.Ping), mgr.AddReadyzCheck("ping", healthz.Ping))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}

@@ -77,6 +77,8 @@ func (o *serverOptions) addFlags(cmd *cobra.Command) {
 	fs.IntVar(&o.apiPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one; the kubeconfig always has it)")
 	o.comp.addManagerFlags(fs)
 	o.comp.addHubFlags(fs)
+	fs.BoolVar(&o.comp.leaderElect, "leader-elect", true,
+		"hold the drover-manager Lease, so that a `drover manager` started against this control plane stands by")
 }
 
 // Validate checks the flags.
