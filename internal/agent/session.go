@@ -64,7 +64,8 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	unanswered := time.AfterFunc(helloTimeout, cancel)
 	first, err := stream.Recv()
 	if !unanswered.Stop() {
-		return fmt.Errorf("hub %s: no answer to the session's hello within %v", hub, helloTimeout)
+		return fmt.Errorf("hub %s: no answer to the session's hello within %v (over MQTT: check that --mqtt-prefix is the hub's, "+
+			"and that the broker's ACL lets this node publish under it)", hub, helloTimeout)
 	}
 	if err != nil {
 		return classify(hub, err)

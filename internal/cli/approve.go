@@ -80,6 +80,13 @@ func setSpec(ctx context.Context, c client.Client, names []string, mutate func(*
 			errs = append(errs, fmt.Errorf("update node %s: %w", name, err))
 			continue
 		}
+		if verb == "approved" && n.Spec.Revoked {
+			// Approval does not undo a revocation; saying "approved" alone
+			// would have the operator wait for a node that stays refused.
+			cmd.Printf("fleetnode/%s approved, but it is revoked and stays refused: to readmit it, "+
+				"kubectl patch fleetnode %s --type merge -p '{\"spec\":{\"revoked\":false}}' (or delete it to register afresh)\n", name, name)
+			continue
+		}
 		cmd.Printf("fleetnode/%s %s\n", name, verb)
 	}
 	return errors.Join(errs...)

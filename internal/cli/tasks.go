@@ -178,6 +178,9 @@ func when(t *metav1.Time, now time.Time) string {
 	if t == nil {
 		return "<none>"
 	}
+	if d := t.Sub(now); d > 0 {
+		return t.UTC().Format(time.RFC3339) + " (in " + duration.HumanDuration(d) + ")"
+	}
 	return t.UTC().Format(time.RFC3339) + " (" + duration.HumanDuration(now.Sub(t.Time)) + " ago)"
 }
 
