@@ -169,6 +169,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			HeartbeatRefresh:  c.heartbeatRefresh,
 			Logger:            log.With("component", "hub"),
 			Registerer:        metrics.Registry,
+			Recorder:          mgr.GetEventRecorder("drover-hub"),
 		})
 		if err != nil {
 			return nil, err

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/drover-fleet/drover/internal/hub/liveness"
@@ -67,6 +68,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the hub's metrics. Default: none.
 	Registerer prometheus.Registerer
+	// Recorder records a FleetNode's transitions as Events (Connected,
+	// Disconnected, Offline). Default: none.
+	Recorder events.EventRecorder
 }
 
 // WorkSource lists the work items a node should hold. Components that

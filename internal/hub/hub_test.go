@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -634,4 +636,46 @@ func TestRestartedHubAdoptsItsNodes(t *testing.T) {
 	if n.Status.Phase != fleetv1.FleetNodeOnline || c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("a node Online at another hub: phase %s, Ready %+v; want it left alone", n.Status.Phase, c)
 	}
+}
+
+// TestNodeTransitionEvents: a node's connect, disconnect, return and
+// Offline are Events on its FleetNode, as kubectl describe shows them.
+func TestNodeTransitionEvents(t *testing.T) {
+	f := newFixture(t, "hub-events")
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.StartRecordingToSink(ctx.Done())
+	defer b.Shutdown()
+	h := f.startHub(Options{Name: "hub-events", OfflineTimeout: 3 * time.Second, HeartbeatInterval: time.Second,
+		Recorder: b.NewRecorder(testScheme(), "drover-hub")})
+	const node = "events-node"
+	opts := f.agentOpts(node, h, newRunner())
+	a := f.startAgent(opts)
+	waitConnected(t, h, node)
+	a.stop(t)
+	// Back, then gone for good.
+	a = f.startAgent(opts)
+	waitConnected(t, h, node)
+	a.stop(t)
+	testenv.Eventually(t, waitTimeout, "Connected, Disconnected and HeartbeatTimeout Events", func(ctx context.Context) (bool, error) {
+		list, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		count := map[string]int{}
+		for _, e := range list.Items {
+			if e.Regarding.Name == node && e.Regarding.Kind == "FleetNode" {
+				count[e.Reason] += max(1, int(e.DeprecatedCount))
+				if e.Series != nil {
+					count[e.Reason] = max(count[e.Reason], int(e.Series.Count))
+				}
+			}
+		}
+		if count[fleetv1.ReasonConnected] < 2 || count[fleetv1.ReasonDisconnected] < 2 || count[fleetv1.ReasonHeartbeatTimeout] != 1 {
+			return false, fmt.Errorf("events by reason: %v", count)
+		}
+		return true, nil
+	})
 }

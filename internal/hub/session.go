@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -505,7 +506,13 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 // markOnline claims the node for this hub. Moving from another hub while
 // Online is a hand-over, not a flap: the phase stays Online.
 func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessageRequest, now time.Time) {
-	h.writeStatus(ctx, node, "connect", func(n *fleetv1.FleetNode) bool {
+	var wrote *fleetv1.FleetNode
+	announce := false
+	if h.writeStatus(ctx, node, "connect", func(n *fleetv1.FleetNode) bool {
+		wrote = n
+		// Announced when it was not Ready here: a first connect, a return,
+		// a move from another hub.
+		announce = n.Status.Hub != h.opts.Name || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition)
 		reason, msg := fleetv1.ReasonConnected, "connected to hub "+h.opts.Name
 		if n.Status.Phase == fleetv1.FleetNodeOnline && n.Status.Hub != "" && n.Status.Hub != h.opts.Name {
 			reason, msg = fleetv1.ReasonMovedHub, fmt.Sprintf("moved from hub %s to hub %s", n.Status.Hub, h.opts.Name)
@@ -518,7 +525,10 @@ func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessa
 		n.Status.ObservedGeneration = n.Generation
 		applyInfo(n, req.GetInfo())
 		return true
-	})
+	}) && announce {
+		c := meta.FindStatusCondition(wrote.Status.Conditions, fleetv1.ReadyCondition)
+		h.nodeEvent(wrote, corev1.EventTypeNormal, c.Reason, c.Message)
+	}
 }
 
 // markDisconnected says on the FleetNode that its stream to this hub ended:
@@ -531,7 +541,9 @@ func (h *Hub) markDisconnected(ctx context.Context, node string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	now := h.opts.Now()
-	h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
+	var wrote *fleetv1.FleetNode
+	if h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
+		wrote = n
 		if h.Connected(node) || n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
 			return false
 		}
@@ -546,7 +558,9 @@ func (h *Hub) markDisconnected(ctx context.Context, node string) {
 			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
 		})
 		return true
-	})
+	}) {
+		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonDisconnected, readyMessage(wrote))
+	}
 }
 
 // sendSnapshot sends the node's whole desired state at a revision past what

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,13 @@ func (h *Hub) writeStatusOn(ctx context.Context, node string, latest *fleetv1.Fl
 	return wrote
 }
 
+// nodeEvent records an Event on n, a FleetNode the hub just wrote.
+func (h *Hub) nodeEvent(n *fleetv1.FleetNode, typ, reason, note string) {
+	if h.opts.Recorder != nil && n != nil {
+		h.opts.Recorder.Eventf(n, nil, typ, reason, "Transition", "%s", note)
+	}
+}
+
 // setReady sets the Ready condition and the phase that goes with it.
 func setReady(n *fleetv1.FleetNode, ready bool, reason, msg string, now time.Time) {
 	st := metav1.ConditionFalse
@@ -106,7 +114,9 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 			last := o.LastSeen
 			h.log.Info("node offline", "node", o.Node, "lastSeen", last)
 			adopted := o.Adopted
-			h.writeStatus(ctx, o.Node, "offline", func(n *fleetv1.FleetNode) bool {
+			var wrote *fleetv1.FleetNode
+			if h.writeStatus(ctx, o.Node, "offline", func(n *fleetv1.FleetNode) bool {
+				wrote = n
 				if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
 					return false // another hub took it over, or it is already not Online
 				}
@@ -121,7 +131,9 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 				lt := metav1.NewTime(last.Truncate(time.Second))
 				n.Status.LastHeartbeatTime = &lt
 				return true
-			})
+			}) {
+				h.nodeEvent(wrote, corev1.EventTypeWarning, fleetv1.ReasonHeartbeatTimeout, readyMessage(wrote))
+			}
 		}
 		for _, u := range due.Unconnected {
 			h.markUnconnected(ctx, u.Node, u.LastSeen)
@@ -174,7 +186,9 @@ func (h *Hub) adoptNodes(ctx context.Context) bool {
 // it may still come back.
 func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time) {
 	now := h.opts.Now()
-	h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
+	var wrote *fleetv1.FleetNode
+	if h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
+		wrote = n
 		if h.Connected(node) || n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
 			return false
 		}
@@ -189,7 +203,17 @@ func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time)
 			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
 		})
 		return true
-	})
+	}) {
+		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonDisconnected, readyMessage(wrote))
+	}
+}
+
+// readyMessage is the message of n's Ready condition.
+func readyMessage(n *fleetv1.FleetNode) string {
+	if c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition); c != nil {
+		return c.Message
+	}
+	return ""
 }
 
 func heartbeatOnRecord(n *fleetv1.FleetNode) string {
