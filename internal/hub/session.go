@@ -442,7 +442,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		}
 	}()
 
-	h.markOnline(ctx, node, req, now)
+	h.markOnline(ctx, &fn, req, now)
 
 	if err := send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
 		HeartbeatSeconds: uint32(h.opts.HeartbeatInterval / time.Second),
@@ -503,9 +503,14 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 }
 
 // markOnline claims the node for this hub. Moving from another hub while
-// Online is a hand-over, not a flap: the phase stays Online.
-func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessageRequest, now time.Time) {
-	h.writeStatus(ctx, node, "connect", func(n *fleetv1.FleetNode) bool {
+// Online is a hand-over, not a flap: the phase stays Online. fn is the node
+// as read when the stream opened. Labels the agent reports differently from
+// before are written first, in a patch of the node (status writes cannot
+// change metadata); that costs a second write only when they changed.
+func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
+	node := fn.Name
+	latest := h.patchLabels(ctx, fn, req.GetInfo())
+	h.writeStatusOn(ctx, node, latest, "connect", func(n *fleetv1.FleetNode) bool {
 		reason, msg := fleetv1.ReasonConnected, "connected to hub "+h.opts.Name
 		if n.Status.Phase == fleetv1.FleetNodeOnline && n.Status.Hub != "" && n.Status.Hub != h.opts.Name {
 			reason, msg = fleetv1.ReasonMovedHub, fmt.Sprintf("moved from hub %s to hub %s", n.Status.Hub, h.opts.Name)

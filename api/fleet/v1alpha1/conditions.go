@@ -44,4 +44,9 @@ const (
 	LabelArch = "fleet.drover.io/arch"
 	// AnnotationBootstrapToken records the id of the token a node registered with.
 	AnnotationBootstrapToken = "fleet.drover.io/bootstrap-token-id"
+	// AnnotationAgentLabels lists, sorted and comma-separated, the keys of
+	// metadata.labels the hub last set from the labels the agent reported
+	// (as kubectl's last-applied does): a key the agent stops reporting is
+	// removed only if it is listed here, so labels added with kubectl stay.
+	AnnotationAgentLabels = "fleet.drover.io/agent-labels"
 )
