@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/scheduler"
 	"github.com/drover-fleet/drover/internal/testenv"
@@ -237,5 +239,30 @@ func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
 	}
 	if r := place(map[string]string{"kind": "robot"}, "2"); r.Node != "" {
 		t.Errorf("2 more gpus with 1 held of 2: placed on %s, want nowhere", r.Node)
+	}
+}
+
+// TestAgentCapacityRulesMatchHub: what drover-agent's --capacity accepts
+// (checked without k8s.io) the hub accepts too, and the other way round
+// for non-negative quantities, so an agent never starts with capacity that
+// would get it refused at registration (the agent is stricter only about
+// negative quantities and apimachinery's oddities "." and "e3").
+func TestAgentCapacityRulesMatchHub(t *testing.T) {
+	names := []string{"gpu", "nvidia.com/gpu", "a_b.c-d", "x", "-gpu", "gpu-", "my gpu", "Example.com/gpu", "/gpu", "a/b/c", "a..b/gpu", "example.com/", strings.Repeat("g", 63), strings.Repeat("g", 64)}
+	quantities := []string{"0", "1", "2.", ".5", "1.5", "500m", "100n", "3u", "8Ki", "8Mi", "8Gi", "1Ti", "1Pi", "1Ei", "1k", "1M", "1G", "1T", "1P", "1E", "1e3", "12E-2", "1e+2",
+		"", "-1", "one", "8GB", "8gi", "8K", "1 2", "1e", "e3", ".", "0x10", "1.2.3", "1Ki2"}
+	for _, name := range names {
+		for _, q := range quantities {
+			_, agentErr := agent.ParseCapacity(name + "=" + q)
+			hubErr := validateInfo(&agentv1.NodeInfo{Capacity: map[string]string{name: q}})
+			if agentErr == nil && hubErr != nil {
+				t.Errorf("%s=%s: the agent accepts it, the hub refuses it: %v", name, q, hubErr)
+			}
+			// apimachinery also reads "." and "e3" (as 0): the agent
+			// refuses those on purpose, and negative quantities.
+			if agentErr != nil && hubErr == nil && !strings.HasPrefix(q, "-") && q != "." && q != "e3" {
+				t.Errorf("%s=%s: the hub accepts it, the agent refuses it: %v", name, q, agentErr)
+			}
+		}
 	}
 }
