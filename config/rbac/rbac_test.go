@@ -132,6 +132,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", fleet, "fleetnodes", "", "", true},
 			{hubSA, "watch", fleet, "fleetnodes", "", "", true},
 			{hubSA, "patch", fleet, "fleetnodes/status", "", "", true},
+			{hubSA, "patch", fleet, "fleetnodes", "", "", true}, // labels the agent reports
 			{hubSA, "list", batch, "tasks", "", "", true},
 			{hubSA, "patch", batch, "tasks", "team-a", "", true},
 			{hubSA, "patch", batch, "tasks/status", "team-a", "", true},

@@ -40,7 +40,8 @@ type Options struct {
 	StateDir string
 	// Labels are reported at registration and on connect.
 	Labels map[string]string
-	// Capacity is reported to the hub; default: detected cpu and memory.
+	// Capacity is reported to the hub; default: detected cpu and memory
+	// (DetectCapacity). drover-agent's --capacity adds to those (e.g. gpu).
 	Capacity map[string]string
 	// Version is the agent version reported to the hub.
 	Version string

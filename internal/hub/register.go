@@ -134,11 +134,11 @@ func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, 
 	fn = fleetv1.FleetNode{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        node,
-			Labels:      nodeLabels(info),
 			Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: tok.ID, fleetv1.AnnotationRegistrationKey: key},
 		},
 		Spec: fleetv1.FleetNodeSpec{Approved: tok.AutoApprove},
 	}
+	syncLabels(&fn, info)
 	if err := h.opts.Client.Create(ctx, &fn); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
@@ -195,21 +195,6 @@ func initStatus(n *fleetv1.FleetNode, tok bootstrap.Token, info *agentv1.NodeInf
 	applyInfo(n, info)
 }
 
-func nodeLabels(info *agentv1.NodeInfo) map[string]string {
-	l := map[string]string{}
-	maps.Copy(l, info.GetLabels())
-	if v := info.GetOs(); v != "" {
-		l[fleetv1.LabelOS] = v
-	}
-	if v := info.GetArch(); v != "" {
-		l[fleetv1.LabelArch] = v
-	}
-	if v := info.GetHostname(); v != "" && len(validation.IsValidLabelValue(v)) == 0 {
-		l[fleetv1.LabelHostname] = v
-	}
-	return l
-}
-
 // validateInfo checks what an agent reports before any of it reaches the API.
 func validateInfo(info *agentv1.NodeInfo) error {
 	// The protocol's bounds first (entries, sizes), then what the API accepts.
@@ -261,7 +246,8 @@ func applyInfo(n *fleetv1.FleetNode, info *agentv1.NodeInfo) bool {
 			n.Status.Capacity, changed = capacity, true
 		}
 	}
-	if len(info.GetLabels()) > 0 && !maps.Equal(n.Status.ReportedLabels, info.GetLabels()) {
+	// The agent reports all its labels every time: none means none.
+	if !maps.Equal(n.Status.ReportedLabels, info.GetLabels()) {
 		n.Status.ReportedLabels, changed = maps.Clone(info.GetLabels()), true
 	}
 	return changed

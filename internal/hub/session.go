@@ -443,7 +443,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		}
 	}()
 
-	h.markOnline(ctx, node, req, now)
+	h.markOnline(ctx, &fn, req, now)
 
 	if err := send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
 		HeartbeatSeconds: uint32(h.opts.HeartbeatInterval / time.Second),
@@ -504,11 +504,16 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 }
 
 // markOnline claims the node for this hub. Moving from another hub while
-// Online is a hand-over, not a flap: the phase stays Online.
-func (h *Hub) markOnline(ctx context.Context, node string, req *agentv1.GetMessageRequest, now time.Time) {
+// Online is a hand-over, not a flap: the phase stays Online. fn is the node
+// as read when the stream opened. Labels the agent reports differently from
+// before are written first, in a patch of the node (status writes cannot
+// change metadata); that costs a second write only when they changed.
+func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
+	node := fn.Name
+	latest := h.patchLabels(ctx, fn, req.GetInfo())
 	var wrote *fleetv1.FleetNode
 	announce := false
-	if h.writeStatus(ctx, node, "connect", func(n *fleetv1.FleetNode) bool {
+	if h.writeStatusOn(ctx, node, latest, "connect", func(n *fleetv1.FleetNode) bool {
 		wrote = n
 		// Announced when it was not Ready here: a first connect, a return,
 		// a move from another hub.

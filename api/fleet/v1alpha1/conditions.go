@@ -49,4 +49,9 @@ const (
 	// another key (another machine) is refused until the FleetNode is
 	// deleted.
 	AnnotationRegistrationKey = "fleet.drover.io/registration-key-sha256"
+	// AnnotationAgentLabels lists, sorted and comma-separated, the keys of
+	// metadata.labels the hub last set from the labels the agent reported
+	// (as kubectl's last-applied does): a key the agent stops reporting is
+	// removed only if it is listed here, so labels added with kubectl stay.
+	AnnotationAgentLabels = "fleet.drover.io/agent-labels"
 )

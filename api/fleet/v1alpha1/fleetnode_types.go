@@ -89,8 +89,11 @@ type FleetNodeStatus struct {
 	// +optional
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 
-	// reportedLabels are the labels the agent reported at registration; they
-	// are also copied to metadata.labels (operators' own labels win).
+	// reportedLabels are the labels the agent last reported (at registration
+	// and on every connect). The hub keeps metadata.labels in step with them:
+	// it adds and updates the keys it set from the agent before and removes
+	// those the agent no longer reports; a label an operator set that the
+	// agent did not set before keeps the operator's value.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	ReportedLabels map[string]string `json:"reportedLabels,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -40,6 +41,7 @@ func Main(args []string) int {
 		o         agent.Options
 		hubs      string
 		labels    string
+		capacity  string
 		logLevel  string
 		heartbeat time.Duration
 		version   bool
@@ -54,6 +56,9 @@ func Main(args []string) int {
 	fs.StringVar(&o.CAFile, "ca-file", "", "Drover's CA certificate, to trust the hub when registering (`drover ca`)")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/drover-agent", "directory for the agent's database")
 	fs.StringVar(&labels, "labels", "", "labels to report, k=v,k2=v2")
+	fs.StringVar(&capacity, "capacity", "",
+		"resources to report besides the detected cpu and memory, name=quantity,... (e.g. gpu=1,example.com/fpga=2); "+
+			"a name given here overrides the detected value (memory=4Gi)")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 0, "override the hub's heartbeat interval")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; registration still uses --hub)")
@@ -132,6 +137,15 @@ func Main(args []string) int {
 			}
 			o.Labels[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
+	}
+	extra, err := agent.ParseCapacity(capacity)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "drover-agent: --capacity %v\n", err)
+		return 2
+	}
+	if extra != nil {
+		o.Capacity = agent.DetectCapacity()
+		maps.Copy(o.Capacity, extra)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -15,3 +15,12 @@ func TestBadTaskFlags(t *testing.T) {
 		}
 	}
 }
+
+// A bad --capacity is a usage error before anything runs.
+func TestBadCapacityFlag(t *testing.T) {
+	for _, c := range []string{"gpu", "gpu=-1", "gpu=lots", "memory=8GB", "bad name=1"} {
+		if code := Main([]string{"--capacity", c, "--state-dir", t.TempDir()}); code != 2 {
+			t.Errorf("Main(--capacity %q) = %d, want 2", c, code)
+		}
+	}
+}
