@@ -299,8 +299,12 @@ func (r *runner) mqttAgentArgs(_ *runner, _ string) []string {
 	return []string{"--transport", "mqtt", "--mqtt-broker", r.brokerURL}
 }
 
-func (r *runner) rawBroker(ctx context.Context, _ *runner) (float64, string, error) {
-	v, err := r.rawMQTT(ctx, r.brokerURL, r.o.rawN/10)
+// rawPrefix is the topic prefix of the raw measurement on Mosquitto: not
+// the hub's (see rawMQTT).
+const rawPrefix = "bench-raw"
+
+func (r *runner) rawBroker(ctx context.Context, prefix string) (float64, string, error) {
+	v, err := r.rawMQTT(ctx, r.brokerURL, prefix, r.o.rawN/10)
 	return v, "QoS 1 publish → receive", err
 }
 
@@ -317,7 +321,7 @@ var modes = map[string]mode{
 			return []string{"--mqtt-listen", addr}, nil
 		},
 		agentArgs: func(r *runner, hub string) []string { return r.mqttAgentArgs(r, hub) },
-		raw:       func(ctx context.Context, r *runner) (float64, string, error) { return r.rawBroker(ctx, r) },
+		raw:       func(ctx context.Context, r *runner) (float64, string, error) { return r.rawBroker(ctx, "") },
 	},
 	"mosquitto": {
 		name: "mqtt (Mosquitto)",
@@ -328,7 +332,7 @@ var modes = map[string]mode{
 			}
 			addr := fmt.Sprintf("127.0.0.1:%d", port)
 			dir := filepath.Join(r.o.work, "mosquitto")
-			args := []string{"mqtt", "mosquitto-config", "--kubeconfig", r.kubeconfig, "--dir", dir, "--listen", addr, "--hosts", "127.0.0.1"}
+			args := []string{"mqtt", "mosquitto-config", "--kubeconfig", r.kubeconfig, "--dir", dir, "--listen", addr, "--hosts", "127.0.0.1", "--prefix", "drover," + rawPrefix}
 			if os.Geteuid() == 0 {
 				args = append(args, "--user", "root") // the files are ours
 			}
@@ -346,7 +350,7 @@ var modes = map[string]mode{
 			return []string{"--mqtt-listen", "", "--mqtt-broker", r.brokerURL}, nil
 		},
 		agentArgs: func(r *runner, hub string) []string { return r.mqttAgentArgs(r, hub) },
-		raw:       func(ctx context.Context, r *runner) (float64, string, error) { return r.rawBroker(ctx, r) },
+		raw:       func(ctx context.Context, r *runner) (float64, string, error) { return r.rawBroker(ctx, rawPrefix) },
 	},
 	"grpc": {
 		name:      "grpc",

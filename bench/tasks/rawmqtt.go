@@ -14,16 +14,20 @@ import (
 
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/mqtt/broker"
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 )
 
 // rawMQTT measures plain QoS 1 publish → receive on the broker at url:
-// one publisher and one subscriber, both with the hub's kind of
-// certificate, the same envelope bytes Drover dispatches, no acks of its
-// own. Messages the broker drops (QoS 1 queues are bounded) are not
-// waited for: the rate counts what arrived.
-func (r *runner) rawMQTT(ctx context.Context, url string, n int) (float64, error) {
+// one publisher with a hub's certificate for prefix and one subscriber with
+// node bench-raw's, on that node's dispatch topic, the same envelope bytes
+// Drover dispatches, no acks of its own. Messages the broker drops (QoS 1
+// queues are bounded) are not waited for: the rate counts what arrived.
+// Mosquitto makes a certificate's common name its client id, so on a
+// broker the hub shares prefix must be another than the hub's (its
+// publisher would disconnect the hub's bridge).
+func (r *runner) rawMQTT(ctx context.Context, url, prefix string, n int) (float64, error) {
 	var s corev1.Secret
 	if err := r.c.Get(ctx, client.ObjectKey{Namespace: "drover-system", Name: hub.CASecretName}, &s); err != nil {
 		return 0, fmt.Errorf("read Drover's CA: %w", err)
@@ -32,16 +36,30 @@ func (r *runner) rawMQTT(ctx context.Context, url string, n int) (float64, error
 	if err != nil {
 		return 0, err
 	}
-	certPEM, keyPEM, err := broker.HubClientCert(ca, time.Now(), time.Hour)
+	layout, err := topics.New(prefix)
 	if err != nil {
 		return 0, err
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	tlsFor := func(certPEM, keyPEM []byte, err error) (*tls.Config, error) {
+		if err != nil {
+			return nil, err
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, err
+		}
+		return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, nil
+	}
+	hubTLS, err := tlsFor(broker.HubClientCert(ca, layout, time.Now(), time.Hour))
 	if err != nil {
 		return 0, err
 	}
-	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
-	connect := func(id string) (paho.Client, error) {
+	const node = "bench-raw"
+	nodeTLS, err := tlsFor(broker.ClientCert(ca, node, topics.NodeOrganization, time.Now(), time.Hour))
+	if err != nil {
+		return 0, err
+	}
+	connect := func(id string, tlsCfg *tls.Config) (paho.Client, error) {
 		o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetTLSConfig(tlsCfg).
 			SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false).SetMaxResumePubInFlight(1000)
 		// The hub may print its ready line just before its broker listens.
@@ -58,17 +76,17 @@ func (r *runner) rawMQTT(ctx context.Context, url string, n int) (float64, error
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	sub, err := connect("bench-raw-sub")
+	sub, err := connect(topics.AgentClientID(node), nodeTLS)
 	if err != nil {
 		return 0, err
 	}
 	defer sub.Disconnect(100)
-	pub, err := connect("bench-raw-pub")
+	pub, err := connect(topics.HubClientID("bench-raw-pub"), hubTLS)
 	if err != nil {
 		return 0, err
 	}
 	defer pub.Disconnect(100)
-	topic := "drover/nodes/bench-raw/tasks/dispatch"
+	topic := layout.Dispatch(node)
 	var got atomic.Int64
 	last := atomic.Int64{}
 	if t := sub.Subscribe(topic, 1, func(paho.Client, paho.Message) {

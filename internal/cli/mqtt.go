@@ -92,8 +92,11 @@ func newMQTTCommand(g *globalOptions) *cobra.Command {
 		Long: `Write mosquitto.conf, an ACL file and a serving certificate signed by
 Drover's CA into --dir. The broker then admits only clients with a
 certificate from Drover's CA, takes the certificate's common name as the
-user, and lets each node publish and subscribe only under its own topics;
-hubs may use every topic under the prefix. Run it with
+user and as the client id (so that no client can disconnect another by
+taking its id), and lets each node publish and subscribe only under its
+own topics; the hub of each prefix (common name drover:hub:PREFIX) may use
+every topic under it, so hubs sharing the broker need one prefix each.
+Run it with
   mosquitto -c DIR/mosquitto.conf
 and start hubs with --mqtt-broker ssl://HOST:PORT.`,
 		Args: cobra.NoArgs,

@@ -122,7 +122,10 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	}
 	mo := paho.NewClientOptions().
 		AddBroker(broker).
-		SetClientID("drover-agent-"+opts.Node).
+		// The only id the embedded broker admits for this node's
+		// certificate; Mosquitto replaces it with the node name
+		// (topics.ClientIDAllowed).
+		SetClientID(topics.AgentClientID(opts.Node)).
 		SetTLSConfig(cfg).
 		SetCleanSession(true).
 		// The agent's connect loop reconnects (and says hello again).
@@ -135,10 +138,11 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	c.mc = paho.NewClient(mo)
 	if err := wait(ctx, c.mc.Connect()); err != nil {
 		if errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
-			// The broker checks the node's certificate and that its Last
-			// Will is on the node's own register topic, under the prefix.
-			return nil, fmt.Errorf("mqtt connect to %s as node %s: %w (the broker refused this node's certificate or its topics: "+
-				"check that --mqtt-prefix %q is the hub's, and that the node's certificate is from the hub's CA)", broker, opts.Node, err, opts.Prefix)
+			// The broker checks the node's certificate, that the client id
+			// is the node's, and that its Last Will is on the node's own
+			// register topic, under the prefix.
+			return nil, fmt.Errorf("mqtt connect to %s as node %s: %w (the broker refused this node's certificate, its client id or its topics: "+
+				"check that --mqtt-prefix %q is the hub's, and that the node's certificate is from the hub's CA and names node %s)", broker, opts.Node, err, opts.Prefix, opts.Node)
 		}
 		return nil, fmt.Errorf("mqtt connect to %s as node %s: %w", broker, opts.Node, err)
 	}

@@ -45,7 +45,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { b.Close() })
 	f := &fixture{t: t, layout: l, url: b.URL(), ca: ca}
-	f.hub = paho.NewClient(paho.NewClientOptions().AddBroker(f.url).SetClientID("hub").SetTLSConfig(f.tls(topics.HubUser, topics.HubOrganization)))
+	f.hub = paho.NewClient(paho.NewClientOptions().AddBroker(f.url).SetClientID(topics.HubClientID("test")).SetTLSConfig(f.tls(l.HubCN(), topics.HubOrganization)))
 	if tok := f.hub.Connect(); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
 		t.Fatalf("hub connect: %v", tok.Error())
 	}
@@ -233,5 +233,25 @@ func TestBrokerRefusesAnotherPrefix(t *testing.T) {
 	_, err := Dial(ctx, Options{Broker: f.url, Node: "n3", Prefix: "other", TLS: f.tls("n3", topics.NodeOrganization)})
 	if err == nil || !strings.Contains(err.Error(), f.url) || !strings.Contains(err.Error(), "n3") || !strings.Contains(err.Error(), `--mqtt-prefix "other"`) {
 		t.Fatalf("Dial under a prefix the broker refuses = %v, want an error naming broker, node and prefix", err)
+	}
+}
+
+// TestDialRefusedWithAnotherNodesCertificate: the client's id is its node's
+// (topics.AgentClientID), which the broker admits only for that node's
+// certificate; another node's certificate cannot take it over.
+func TestDialRefusedWithAnotherNodesCertificate(t *testing.T) {
+	f := newFixture(t)
+	victim := f.dial("n1", 0)
+	defer victim.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, err := Dial(ctx, Options{Broker: f.url, Node: "n1", TLS: f.tls("n2", topics.NodeOrganization)})
+	if err == nil || !strings.Contains(err.Error(), "client id") {
+		t.Fatalf("Dial as n1 with n2's certificate: %v, want a refusal naming the client id", err)
+	}
+	select {
+	case <-victim.closed:
+		t.Errorf("n1's own connection was dropped: %v", victim.failure())
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -156,7 +156,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		b.broker, b.url = br, br.URL()
 	}
 	brokerURL, host, _ := topics.BrokerURL(b.url)
-	certPEM, keyPEM, err := broker.HubClientCert(ca, time.Now(), 365*24*time.Hour)
+	certPEM, keyPEM, err := broker.HubClientCert(ca, b.layout, time.Now(), 365*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 	subscribed := make(chan struct{}, 1)
 	mo := paho.NewClientOptions().
 		AddBroker(brokerURL).
-		SetClientID("drover-hub-" + b.hub.Name()).
+		// Mosquitto replaces it with the certificate's common name
+		// (topics.MosquittoListenerAuth); nothing here depends on it.
+		SetClientID(topics.HubClientID(b.hub.Name())).
 		SetTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), ServerName: host, MinVersion: tls.VersionTLS12}).
 		SetCleanSession(true).
 		SetAutoReconnect(true).

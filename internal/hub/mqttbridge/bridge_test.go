@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -75,7 +77,7 @@ func TestNodesAreConfinedToTheirTopics(t *testing.T) {
 
 			// A spy with a hub's identity sees every topic.
 			spy := &recorder{}
-			sc := s.rawClient("spy", s.hubTLS())
+			sc := s.rawClient(s.spy())
 			if tok := sc.Subscribe(s.layout.Prefix+"/#", 1, spy.handle); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
 				t.Fatalf("spy subscribe: %v", tok.Error())
 			}
@@ -83,7 +85,10 @@ func TestNodesAreConfinedToTheirTopics(t *testing.T) {
 			// Reading: subscriptions to the victim's topics are refused or
 			// deliver nothing.
 			peek := &recorder{}
-			pc := s.rawClient("intruder-reader", intruder)
+			// The intruder's connections use the one client id its
+			// certificate may use: each replaces the one before.
+			intruderID := topics.AgentClientID(intruderName)
+			pc := s.rawClient(intruderID, intruder)
 			for _, f := range []string{s.layout.Dispatch(victim), s.layout.Response(victim), s.layout.Prefix + "/#", s.layout.Prefix + "/nodes/+/tasks/dispatch"} {
 				tok := pc.Subscribe(f, 1, peek.handle)
 				if !tok.WaitTimeout(waitTimeout) {
@@ -108,13 +113,13 @@ func TestNodesAreConfinedToTheirTopics(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wc := s.rawClient("intruder-writer", intruder)
+			wc := s.rawClient(intruderID, intruder)
 			// Mochi disconnects an MQTT 3.1.1 client that publishes where it
 			// may not; Mosquitto acks and drops it. Either is fine.
 			wc.Publish(s.layout.Status(victim, "w-forged"), 1, false, b).WaitTimeout(5 * time.Second)
 			// A control message on the intruder's own topic, from a second
 			// connection, shows when the broker has passed on what it would.
-			cc := s.rawClient("intruder-control", intruder)
+			cc := s.rawClient(intruderID, intruder)
 			control := s.layout.Status(intruderName, "control")
 			if tok := cc.Publish(control, 1, false, []byte("control")); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
 				t.Fatalf("publish control: %v", tok.Error())
@@ -126,6 +131,50 @@ func TestNodesAreConfinedToTheirTopics(t *testing.T) {
 			}
 			if got := s.sink.statuses(victim, "w-forged"); len(got) > 0 {
 				t.Errorf("the hub applied a forged status: %v", got)
+			}
+		})
+	}
+}
+
+// TestClientIDsCannotBeTaken: a node's certificate connecting with the
+// hub's client id or another agent's does not disconnect them (a broker
+// drops the older of two connections with one id): the embedded broker
+// refuses it, Mosquitto gives it its own id (its common name). The hub and
+// the victim's agent keep working.
+func TestClientIDsCannotBeTaken(t *testing.T) {
+	for _, kind := range brokers {
+		t.Run(kind, func(t *testing.T) {
+			s := startStack(t, kind, "mqtt-ids-"+kind)
+			victim := kind + "-victim"
+			s.startAgent(victim, 0, nil)
+			s.waitOnline(victim)
+			intruder := s.rawNode(kind + "-intruder")
+			// The hub's id as the bridge sends it, the id Mosquitto gives
+			// the hub, and the victim's agent's ids on either broker.
+			for _, id := range []string{topics.HubClientID(s.ns), s.layout.HubCN(), topics.AgentClientID(victim), victim} {
+				c := paho.NewClient(paho.NewClientOptions().AddBroker(s.url).SetClientID(id).SetTLSConfig(intruder).
+					SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(waitTimeout))
+				tok := c.Connect()
+				if !tok.WaitTimeout(waitTimeout) {
+					t.Fatalf("connect as %q: no answer", id)
+				}
+				t.Logf("%s: intruder connecting as %q: err %v", kind, id, tok.Error())
+				if kind == "embedded" && tok.Error() == nil {
+					t.Errorf("the embedded broker admitted the intruder's certificate with client id %q", id)
+				}
+				if tok.Error() == nil {
+					c.Disconnect(0)
+				}
+			}
+			it := &agentv1.WorkItem{Uid: "w-after", Type: "noop", Spec: []byte(`{}`)}
+			s.dispatch(victim, it)
+			s.sink.waitPhase(t, victim, it.GetUid(), agent.PhaseSucceeded)
+			s.waitSettled(victim)
+			logs := s.logs.String()
+			for _, lost := range []string{"mqtt bridge lost the broker", "mqtt connection to", "already connected, closing old connection"} {
+				if strings.Contains(logs, lost) {
+					t.Errorf("a client lost its connection (%q in the logs)", lost)
+				}
 			}
 		})
 	}

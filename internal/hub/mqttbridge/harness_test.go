@@ -89,6 +89,7 @@ func (b *syncBuffer) String() string {
 
 // stack is one test's hub, bridge and broker in its own namespace.
 type stack struct {
+	kind   string // the broker: "embedded" or "mosquitto"
 	t      *testing.T
 	c      client.Client
 	ns     string
@@ -135,7 +136,7 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 		o.offline = 20 * time.Second
 	}
 	e := testenv.Require(t, env)
-	s := &stack{t: t, c: e.Client, ns: ns, logs: &syncBuffer{}, works: &works{}, sink: &sink{}}
+	s := &stack{t: t, kind: kind, c: e.Client, ns: ns, logs: &syncBuffer{}, works: &works{}, sink: &sink{}}
 	s.log = slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("DROVER_TEST_LOGS") != "" {
@@ -228,6 +229,16 @@ func (s *stack) startMosquitto() string {
 	}
 	conf, err := broker.WriteMosquitto(s.ca, cfg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The test's spy (spy) may read everything: Mosquitto makes its
+	// certificate's common name its client id, so it cannot be the hub's.
+	acl, err := os.OpenFile(filepath.Join(cfg.Dir, "acl"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(acl, "\n# The test's spy.\nuser %s\ntopic read %s/#\n", spyCN, s.layout.Prefix)
+	if err := acl.Close(); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", conf, "-v")
@@ -373,10 +384,21 @@ func (s *stack) rawNode(node string) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
-// hubTLS is a hub's client identity, for a test client that watches every topic.
-func (s *stack) hubTLS() *tls.Config {
+// spyCN is the common name of the test's spy on Mosquitto, which the
+// test's ACL lets read every topic.
+const spyCN = topics.HubUser + ":spy"
+
+// spy returns the client id and TLS settings of a client with a hub's
+// rights to read every topic, beside the hub's own connection: on the
+// embedded broker the hub's certificate with another hub client id, on
+// Mosquitto (where the common name is the client id) the spy's.
+func (s *stack) spy() (string, *tls.Config) {
 	s.t.Helper()
-	certPEM, keyPEM, err := broker.HubClientCert(s.ca, time.Now(), time.Hour)
+	cn := s.layout.HubCN()
+	if s.kind == "mosquitto" {
+		cn = spyCN
+	}
+	certPEM, keyPEM, err := broker.ClientCert(s.ca, cn, topics.HubOrganization, time.Now(), time.Hour)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -386,7 +408,7 @@ func (s *stack) hubTLS() *tls.Config {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(s.ca.Cert)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	return topics.HubClientID("spy"), &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
 // rawClient connects a plain MQTT client with cfg's identity.

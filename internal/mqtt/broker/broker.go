@@ -145,7 +145,7 @@ type identity struct {
 }
 
 // peerIdentity reads the verified client certificate of cl's connection.
-func peerIdentity(cl *mqtt.Client) (identity, error) {
+func (h *authHook) peerIdentity(cl *mqtt.Client) (identity, error) {
 	tc, ok := cl.Net.Conn.(*tls.Conn)
 	if !ok {
 		return identity{}, errors.New("not a TLS connection")
@@ -154,12 +154,14 @@ func peerIdentity(cl *mqtt.Client) (identity, error) {
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
 		return identity{}, errors.New("no verified client certificate")
 	}
-	return certIdentity(st.VerifiedChains[0][0])
+	return certIdentity(st.VerifiedChains[0][0], h.layout)
 }
 
-func certIdentity(c *x509.Certificate) (identity, error) {
+// certIdentity: a hub is the hub of l's prefix (l.HubCN), as in the
+// Mosquitto ACL.
+func certIdentity(c *x509.Certificate, l topics.Layout) (identity, error) {
 	switch {
-	case slices.Contains(c.Subject.Organization, topics.HubOrganization) && c.Subject.CommonName == topics.HubUser:
+	case slices.Contains(c.Subject.Organization, topics.HubOrganization) && c.Subject.CommonName == l.HubCN():
 		return identity{user: c.Subject.CommonName, hub: true}, nil
 	case slices.Contains(c.Subject.Organization, topics.NodeOrganization):
 		return identity{user: c.Subject.CommonName}, nil
@@ -182,10 +184,19 @@ func (h *authHook) Provides(b byte) bool {
 
 // OnConnectAuthenticate admits a client with a node or hub certificate. The
 // user name the client sends is ignored: the certificate names it, as with
-// Mosquitto's use_identity_as_username. The will is checked here because
-// mochi does not check it when it publishes it.
+// Mosquitto's use_identity_as_username. The client id must be one the
+// certificate may use (topics.ClientIDAllowed): mochi disconnects the
+// client that had an id when another connects with it. The will is checked
+// here because mochi does not check it when it publishes it.
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	id, err := peerIdentity(cl)
+	id, err := h.peerIdentity(cl)
+	if err == nil && !topics.ClientIDAllowed(id.user, id.hub, cl.ID) {
+		want := topics.AgentClientID(id.user)
+		if id.hub {
+			want = topics.HubClientIDPrefix + "<hub>"
+		}
+		err = fmt.Errorf("client id %q is not %q's (want %q)", cl.ID, id.user, want)
+	}
 	if err == nil && pk.Connect.WillFlag && !h.layout.Allowed(id.user, id.hub, topics.Publish, pk.Connect.WillTopic) {
 		err = fmt.Errorf("will topic %q is not the client's", pk.Connect.WillTopic)
 	}
@@ -201,7 +212,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 // OnACLCheck applies the topic rule to a publish (write) or to a
 // subscription filter and each message delivered on it (read).
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	id, err := peerIdentity(cl)
+	id, err := h.peerIdentity(cl)
 	if err != nil {
 		h.b.refused.Add(1)
 		return false

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,21 +75,23 @@ func TestBrokerAdmitsOnlyDroverCertificates(t *testing.T) {
 	cases := []struct {
 		name  string
 		cfg   *tls.Config
+		id    string
 		will  string
 		admit bool
 	}{
-		{"a node", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), "", true},
-		{"a node with its own will", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), l.Register("n1"), true},
-		{"a node with another node's will", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), l.Register("n2"), false},
-		{"a hub", clientTLS(t, ca, ca, topics.HubUser, topics.HubOrganization), "", true},
-		{"a hub organization with another name", clientTLS(t, ca, ca, "n1", topics.HubOrganization), "", false},
-		{"a certificate of neither kind", clientTLS(t, ca, ca, "n1", "someone"), "", false},
-		{"another CA's node certificate", clientTLS(t, other, ca, "n1", topics.NodeOrganization), "", false},
-		{"no certificate", &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, "", false},
+		{"a node", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), topics.AgentClientID("n1"), "", true},
+		{"a node with its own will", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), topics.AgentClientID("n1"), l.Register("n1"), true},
+		{"a node with another node's will", clientTLS(t, ca, ca, "n1", topics.NodeOrganization), topics.AgentClientID("n1"), l.Register("n2"), false},
+		{"a hub", clientTLS(t, ca, ca, l.HubCN(), topics.HubOrganization), topics.HubClientID("h1"), "", true},
+		{"a hub of another prefix", clientTLS(t, ca, ca, topics.HubUser+":other", topics.HubOrganization), topics.HubClientID("h1"), "", false},
+		{"a hub organization with another name", clientTLS(t, ca, ca, "n1", topics.HubOrganization), topics.HubClientID("h1"), "", false},
+		{"a certificate of neither kind", clientTLS(t, ca, ca, "n1", "someone"), topics.AgentClientID("n1"), "", false},
+		{"another CA's node certificate", clientTLS(t, other, ca, "n1", topics.NodeOrganization), topics.AgentClientID("n1"), "", false},
+		{"no certificate", &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, topics.AgentClientID("n1"), "", false},
 	}
-	for i, tc := range cases {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := connect(t, b.URL(), "c"+string(rune('a'+i)), tc.cfg, tc.will)
+			err := connect(t, b.URL(), tc.id, tc.cfg, tc.will)
 			if (err == nil) != tc.admit {
 				t.Errorf("admitted=%v (err %v), want %v", err == nil, err, tc.admit)
 			}
@@ -97,6 +100,80 @@ func TestBrokerAdmitsOnlyDroverCertificates(t *testing.T) {
 	if b.Refused() == 0 {
 		t.Error("the broker counted no refusals")
 	}
+}
+
+// TestBrokerRefusesOthersClientIDs: a node certificate cannot connect with
+// a hub's client id or another node's, which would disconnect that client;
+// the clients that own those ids stay connected.
+func TestBrokerRefusesOthersClientIDs(t *testing.T) {
+	ca := newCA(t)
+	l, _ := topics.New("")
+	var logs syncBuffer
+	b, err := Start(Options{Address: "127.0.0.1:0", CA: ca, ServingHosts: []string{"127.0.0.1"}, Layout: l,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// The victims: a hub and node m-3, connected with their own ids.
+	lost := make(chan string, 4)
+	stay := func(id string, cfg *tls.Config) paho.Client {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(id).SetTLSConfig(cfg).
+			SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(waitTimeout).
+			SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- id + ": " + err.Error() }))
+		if tok := c.Connect(); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+			t.Fatalf("%s: connect: %v", id, tok.Error())
+		}
+		t.Cleanup(func() { c.Disconnect(0) })
+		return c
+	}
+	hubID, victimID := topics.HubClientID("hub-b"), topics.AgentClientID("m-3")
+	stay(hubID, clientTLS(t, ca, ca, l.HubCN(), topics.HubOrganization))
+	stay(victimID, clientTLS(t, ca, ca, "m-3", topics.NodeOrganization))
+
+	intruder := clientTLS(t, ca, ca, "m-4", topics.NodeOrganization)
+	refused := b.Refused()
+	for _, id := range []string{hubID, victimID, "m-3", "drover:hub:drover", ""} {
+		if err := connect(t, b.URL(), id, intruder, ""); err == nil {
+			t.Errorf("node m-4 connected with client id %q", id)
+		}
+	}
+	// paho tries MQTT 3.1.1, then 3.1: one or two refusals each.
+	if got := b.Refused() - refused; got < 5 {
+		t.Errorf("refused counter rose by %d, want at least 5", got)
+	}
+	if !strings.Contains(logs.String(), `msg="mqtt connection refused"`) || !strings.Contains(logs.String(), `client id \"drover-hub-hub-b\" is not \"m-4\"'s`) {
+		t.Errorf("no refusal logged for the hub's id:\n%s", logs.String())
+	}
+	// The intruder's own id works, and a hub certificate may not take an agent's id either.
+	if err := connect(t, b.URL(), topics.AgentClientID("m-4"), intruder, ""); err != nil {
+		t.Errorf("node m-4 with its own client id: %v", err)
+	}
+	if err := connect(t, b.URL(), victimID, clientTLS(t, ca, ca, l.HubCN(), topics.HubOrganization), ""); err == nil {
+		t.Errorf("a hub certificate connected with node m-3's client id")
+	}
+	select {
+	case l := <-lost:
+		t.Errorf("a victim was disconnected: %s", l)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestWriteMosquitto(t *testing.T) {

@@ -14,10 +14,10 @@ import (
 	"github.com/drover-fleet/drover/internal/pki"
 )
 
-// HubClientCert mints the client certificate a hub connects to a broker
-// with: CN topics.HubUser, O topics.HubOrganization.
-func HubClientCert(ca *pki.CA, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	return ClientCert(ca, topics.HubUser, topics.HubOrganization, now, validity)
+// HubClientCert mints the client certificate the hub of l's prefix connects
+// to a broker with: CN l.HubCN(), O topics.HubOrganization.
+func HubClientCert(ca *pki.CA, l topics.Layout, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ClientCert(ca, l.HubCN(), topics.HubOrganization, now, validity)
 }
 
 // ClientCert mints a client certificate for cn in organization org. Nodes

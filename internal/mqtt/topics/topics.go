@@ -31,10 +31,54 @@ import (
 // DefaultPrefix is the first topic level when none is configured.
 const DefaultPrefix = "drover"
 
-// HubUser is the MQTT user name (certificate common name) of hubs. It is not
-// a valid node name (a node name is a DNS-1123 subdomain, without ':'), so no
-// node can register under it and get a hub's access.
+// HubUser begins the MQTT user name (certificate common name) of hubs: a hub
+// on prefix p is HubUser+":"+p (Layout.HubCN). It is not a valid node name (a
+// node name is a DNS-1123 subdomain, without ':'), so no node can register
+// under it and get a hub's access.
 const HubUser = "drover:hub"
+
+// AgentClientIDPrefix and HubClientIDPrefix begin the MQTT client ids of
+// agents (AgentClientID) and hubs (HubClientID).
+const (
+	AgentClientIDPrefix = "drover-agent-"
+	HubClientIDPrefix   = "drover-hub-"
+)
+
+// AgentClientID is the MQTT client id the agent of node connects with.
+func AgentClientID(node string) string { return AgentClientIDPrefix + node }
+
+// HubClientID is the MQTT client id the hub named hub connects with.
+func HubClientID(hub string) string { return HubClientIDPrefix + hub }
+
+// ClientIDAllowed is the client id rule: whether the client with certificate
+// identity user (common name) may connect with MQTT client id id. A broker
+// disconnects the connection that had a client id when another one connects
+// with it, so a client that could pick any id could keep a hub or another
+// node offline. A node may use exactly its own AgentClientID; a hub
+// certificate, only hub client ids (HubClientIDPrefix and a name: an
+// embedded broker serves one hub, whose certificates are all its own).
+//
+// The embedded broker applies this rule. Mosquitto cannot compare a client
+// id with the user, so its listener (MosquittoListenerAuth) replaces every
+// client's id with its user instead: as strict (one connection per
+// certificate common name), with other ids.
+func ClientIDAllowed(user string, hub bool, id string) bool {
+	if hub {
+		return len(id) > len(HubClientIDPrefix) && strings.HasPrefix(id, HubClientIDPrefix)
+	}
+	return protocol.ValidNodeName(user) == nil && id == AgentClientID(user)
+}
+
+// MosquittoListenerAuth are the Mosquitto listener options of the identity
+// and client id rules: a client certificate from Drover's CA is required,
+// its common name is the user (what MosquittoACL names), and the user is the
+// client id, whatever id the client sent (see ClientIDAllowed).
+const MosquittoListenerAuth = `require_certificate true
+use_identity_as_username true
+# The client id is the user: no certificate can take another client's id
+# (the broker would disconnect that client).
+use_username_as_clientid true
+`
 
 // HubOrganization and NodeOrganization are the certificate organizations
 // Drover's CA gives hubs' and nodes' client certificates.
@@ -57,6 +101,11 @@ func New(prefix string) (Layout, error) {
 	}
 	return Layout{Prefix: prefix}, nil
 }
+
+// HubCN is the certificate common name, and MQTT user, of a hub on this
+// prefix: HubUser, ':' and the prefix. Mosquitto makes it the hub's client
+// id, so hubs sharing a broker need one prefix each.
+func (l Layout) HubCN() string { return HubUser + ":" + l.Prefix }
 
 // Register is node's hello and Last Will topic.
 func (l Layout) Register(node string) string { return l.Prefix + "/register/" + node }
@@ -157,7 +206,8 @@ func (l Layout) Allowed(user string, hub bool, a Access, topic string) bool {
 func (l Layout) MosquittoACL() string {
 	p := l.Prefix
 	return fmt.Sprintf(`# Drover agent protocol ACL (generated; see "MQTT" in Drover's README).
-# Hubs connect with the user %[2]s and may use every topic under the prefix.
+# The hub of this prefix connects with the user %[2]s and may use every
+# topic under the prefix.
 user %[2]s
 topic readwrite %[1]s/#
 
@@ -167,7 +217,7 @@ pattern write %[1]s/heartbeat/%%u
 pattern write %[1]s/nodes/%%u/tasks/+/status
 pattern read %[1]s/nodes/%%u/tasks/dispatch
 pattern read %[1]s/nodes/%%u/response
-`, p, HubUser)
+`, p, l.HubCN())
 }
 
 // BrokerURL checks a broker URL and returns it as paho wants it, with the

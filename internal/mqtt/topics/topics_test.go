@@ -99,11 +99,48 @@ func TestAllowed(t *testing.T) {
 	}
 }
 
+func TestClientIDAllowed(t *testing.T) {
+	l, _ := New("")
+	cases := []struct {
+		user string
+		hub  bool
+		id   string
+		want bool
+	}{
+		{"m-3", false, AgentClientID("m-3"), true},
+		{"m-3", false, "drover-agent-m-3", true},
+		{"m-3", false, AgentClientID("m-4"), false},            // another node's
+		{"m-3", false, HubClientID("hub-b"), false},            // a hub's
+		{"m-3", false, "m-3", false},                           // not the agent's id
+		{"m-3", false, "", false},                              // a broker-assigned id
+		{"drover-agent-m-3", false, "drover-agent-m-3", false}, // m-3's
+		{l.HubCN(), false, AgentClientID(l.HubCN()), false},    // not a node name
+		{l.HubCN(), true, HubClientID("hub-b"), true},
+		{l.HubCN(), true, "drover-hub-hub-b", true},
+		{l.HubCN(), true, HubClientIDPrefix, false},
+		{l.HubCN(), true, AgentClientID("m-3"), false},
+		{l.HubCN(), true, "spy", false},
+	}
+	for _, tc := range cases {
+		if got := ClientIDAllowed(tc.user, tc.hub, tc.id); got != tc.want {
+			t.Errorf("ClientIDAllowed(%q, hub=%v, %q) = %v, want %v", tc.user, tc.hub, tc.id, got, tc.want)
+		}
+	}
+	if got := l.HubCN(); got != "drover:hub:drover" {
+		t.Errorf("HubCN = %q", got)
+	}
+	for _, opt := range []string{"require_certificate true", "use_identity_as_username true", "use_username_as_clientid true"} {
+		if !strings.Contains(MosquittoListenerAuth, opt+"\n") {
+			t.Errorf("MosquittoListenerAuth lacks %q", opt)
+		}
+	}
+}
+
 func TestMosquittoACLNamesEveryRule(t *testing.T) {
 	l, _ := New("fleet")
 	acl := l.MosquittoACL()
 	for _, line := range []string{
-		"user " + HubUser,
+		"user drover:hub:fleet",
 		"topic readwrite fleet/#",
 		"pattern write fleet/register/%u",
 		"pattern write fleet/heartbeat/%u",
