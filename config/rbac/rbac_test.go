@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -403,6 +404,35 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 			t.Errorf("Lease %s: %v", lease, err)
 		}
 	}
+	// The hub may label a node but not approve, revoke or cordon it
+	// (config/admission/fleetnode_hub.yaml; the control plane of the test
+	// installs it as `drover controlplane` does).
+	hubCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig(ns, "drover-hub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asHub, err := client.New(hubCfg, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patchNode := func(p string) error {
+		n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node"}}
+		return asHub.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(p)))
+	}
+	if err := patchNode(`{"metadata":{"labels":{"rbac-test":"labelled-by-the-hub"}}}`); err != nil {
+		t.Errorf("the hub labelling a node: %v", err)
+	}
+	testenv.Eventually(t, runTimeout, "the policy loaded and refusing the hub a spec change", func(context.Context) (bool, error) {
+		err := patchNode(`{"spec":{"unschedulable":true}}`)
+		if err == nil {
+			_ = patchNode(`{"spec":{"unschedulable":false}}`) // before the policy was loaded
+			return false, errors.New("accepted")
+		}
+		if !strings.Contains(err.Error(), "not its spec") {
+			return false, err
+		}
+		return true, nil
+	})
 	for _, p := range []*proc{mgr, hub} {
 		if re := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|patch) resource`); re.MatchString(p.Output()) {
 			t.Errorf("%s was refused something:\n%s", p.name, grep(p.Output(), re))
