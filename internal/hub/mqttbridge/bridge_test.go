@@ -145,10 +145,10 @@ func TestClientIDsCannotBeTaken(t *testing.T) {
 	for _, kind := range brokers {
 		t.Run(kind, func(t *testing.T) {
 			s := startStack(t, kind, "mqtt-ids-"+kind)
-			victim := kind + "-victim"
+			victim := kind + "-id-victim" // FleetNodes are cluster-wide: a name of its own
 			s.startAgent(victim, 0, nil)
 			s.waitOnline(victim)
-			intruder := s.rawNode(kind + "-intruder")
+			intruder := s.rawNode(kind + "-id-intruder")
 			// The hub's id as the bridge sends it, the id Mosquitto gives
 			// the hub, and the victim's agent's ids on either broker.
 			for _, id := range []string{topics.HubClientID(s.ns), s.layout.HubCN(), topics.AgentClientID(victim), victim} {
