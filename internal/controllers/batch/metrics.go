@@ -34,7 +34,10 @@ var (
 	})
 )
 
-func init() {
+// registerMetrics adds the metrics to controller-runtime's registry when
+// the controllers are set up, so that a process without them (a standalone
+// hub) does not serve them at zero. Setting up twice is harmless.
+func registerMetrics() {
 	for _, c := range []prometheus.Collector{tasksScheduled, tasksUnschedulable, taskRestarts, taskReschedules, tasksFailed, schedulerPending, schedulerLoop} {
 		if err := metrics.Registry.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err) // a name clash is a programming error

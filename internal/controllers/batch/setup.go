@@ -29,6 +29,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.RecorderName == "" {
 		opts.RecorderName = "drover-manager"
 	}
+	registerMetrics()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1.Task{}, IndexTaskNode, func(o client.Object) []string {
 		if n := o.(*batchv1.Task).Status.NodeName; n != "" {
 			return []string{n}
