@@ -105,15 +105,20 @@ func TestRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The aggregation controller adds drover-view's rules to view soon
-	// after the control plane starts.
-	testenv.Eventually(t, 30*time.Second, "view aggregates drover-view", func(ctx context.Context) (bool, error) {
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: viewer,
-			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: "team-a", Verb: "list", Group: batchv1.GroupVersion.Group, Resource: "tasks"}}}
-		if err := env.Client.Create(ctx, sar); err != nil {
-			return false, err
+	// The aggregation controller adds drover-view's and drover-edit's rules
+	// to view and edit soon after the control plane starts.
+	testenv.Eventually(t, 30*time.Second, "view and edit aggregate drover-view and drover-edit", func(ctx context.Context) (bool, error) {
+		for user, verb := range map[string]string{viewer: "list", editor: "create"} {
+			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user,
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: "team-a", Verb: verb, Group: batchv1.GroupVersion.Group, Resource: "fleetjobs"}}}
+			if err := env.Client.Create(ctx, sar); err != nil {
+				return false, err
+			}
+			if !sar.Status.Allowed {
+				return false, fmt.Errorf("%s may not %s fleetjobs yet", user, verb)
+			}
 		}
-		return sar.Status.Allowed, nil
+		return true, nil
 	})
 
 	t.Run("SubjectAccessReview", func(t *testing.T) {
