@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -194,10 +195,14 @@ type Hub struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// mu guards live and sessions.
+	// mu guards live, sessions and wasReady.
 	mu       sync.Mutex
 	live     *liveness.Tracker
 	sessions map[string]*session
+	// wasReady is the Ready condition a node had when it was marked
+	// NotResponding, restored when it is heard from again (so that a
+	// MovedHub stays MovedHub).
+	wasReady map[string]metav1.Condition
 
 	ready chan struct{} // closed once listening
 	addr  net.Addr
@@ -228,10 +233,14 @@ func New(opts Options) (*Hub, error) {
 		metrics: newMetrics(opts.Registerer),
 		live: liveness.New(liveness.Options{OfflineTimeout: opts.OfflineTimeout, RefreshInterval: opts.HeartbeatRefresh,
 			// A node that was connected reconnects within a heartbeat or two.
-			AdoptGrace: min(2*opts.HeartbeatInterval, opts.OfflineTimeout/2)}),
+			AdoptGrace: min(2*opts.HeartbeatInterval, opts.OfflineTimeout/2),
+			// Three heartbeats missed, as kube-controller-manager's
+			// node-monitor-grace-period is a few kubelet updates.
+			LateAfter: min(3*opts.HeartbeatInterval, opts.OfflineTimeout/2)}),
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
+		wasReady: map[string]metav1.Condition{},
 	}, nil
 }
 

@@ -423,6 +423,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	old := h.sessions[node]
 	h.sessions[node] = s
 	h.live.Connected(node, now)
+	delete(h.wasReady, node)
 	h.metrics.sessions.Set(float64(len(h.sessions)))
 	h.mu.Unlock()
 	if old != nil {
@@ -699,10 +700,15 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 	}
 	h.mu.Lock()
 	s := h.sessions[node]
-	known := h.live.Heartbeat(node, h.opts.Now())
+	known, back := h.live.Heartbeat(node, h.opts.Now())
 	h.mu.Unlock()
 	if s == nil || !known {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s has no open stream on hub %s; open GetMessage first", node, h.opts.Name)
+	}
+	if back {
+		// Rare (after a silence): written before the answer, so that the
+		// node is schedulable again once its agent hears back.
+		h.markResponding(ctx, node)
 	}
 	kind := env.GetKind().String()
 	// A heartbeat changes nothing twice, so its id is not remembered: at

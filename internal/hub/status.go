@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -105,6 +106,7 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 			if s, ok := h.sessions[o.Node]; ok {
 				silent = append(silent, s)
 			}
+			delete(h.wasReady, o.Node)
 		}
 		h.mu.Unlock()
 		for _, s := range silent {
@@ -137,6 +139,9 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 		}
 		for _, u := range due.Unconnected {
 			h.markUnconnected(ctx, u.Node, u.LastSeen)
+		}
+		for _, l := range due.Late {
+			h.markNotResponding(ctx, l.Node, l.LastSeen)
 		}
 		for _, r := range due.Refresh {
 			seen := r.LastSeen
@@ -205,6 +210,57 @@ func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time)
 		return true
 	}) {
 		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonDisconnected, readyMessage(wrote))
+	}
+}
+
+// markNotResponding marks a connected node that has been silent for a few
+// heartbeat intervals Ready Unknown, NotResponding: the scheduler places
+// nothing new on it until it is heard from (markResponding).
+func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Time) {
+	now := h.opts.Now()
+	var wrote *fleetv1.FleetNode
+	if h.writeStatus(ctx, node, "not-responding", func(n *fleetv1.FleetNode) bool {
+		wrote = n
+		if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition) {
+			return false
+		}
+		h.mu.Lock()
+		h.wasReady[node] = *meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		h.mu.Unlock()
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonNotResponding,
+			Message: fmt.Sprintf("nothing from the agent since %s though its stream to hub %s is open; Offline after %s unless it is heard from",
+				since.UTC().Format(time.RFC3339), h.opts.Name, h.opts.OfflineTimeout),
+			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
+		return true
+	}) {
+		h.nodeEvent(wrote, corev1.EventTypeWarning, fleetv1.ReasonNotResponding, readyMessage(wrote))
+	}
+}
+
+// markResponding is markNotResponding undone: the node was heard from.
+func (h *Hub) markResponding(ctx context.Context, node string) {
+	now := h.opts.Now()
+	var wrote *fleetv1.FleetNode
+	if h.writeStatus(ctx, node, "responding", func(n *fleetv1.FleetNode) bool {
+		wrote = n
+		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline || c == nil || c.Reason != fleetv1.ReasonNotResponding {
+			return false
+		}
+		h.mu.Lock()
+		prev, ok := h.wasReady[node]
+		delete(h.wasReady, node)
+		h.mu.Unlock()
+		if !ok {
+			prev = metav1.Condition{Reason: fleetv1.ReasonConnected, Message: "connected to hub " + h.opts.Name}
+		}
+		const again = " (heard from again after a silence)"
+		setReady(n, true, prev.Reason, strings.TrimSuffix(prev.Message, again)+again, now)
+		return true
+	}) {
+		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonConnected, readyMessage(wrote))
 	}
 }
 

@@ -30,7 +30,8 @@ type Node struct {
 func NodeFrom(n *fleetv1.FleetNode) Node {
 	ready := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
 	return Node{Name: n.Name, Labels: n.Labels, Phase: n.Status.Phase, Unschedulable: n.Spec.Unschedulable, Capacity: n.Status.Capacity,
-		Disconnected: ready != nil && ready.Status == metav1.ConditionUnknown && ready.Reason == fleetv1.ReasonDisconnected}
+		Disconnected: ready != nil && ready.Status == metav1.ConditionUnknown &&
+			(ready.Reason == fleetv1.ReasonDisconnected || ready.Reason == fleetv1.ReasonNotResponding)}
 }
 
 // Task is what the scheduler knows of a Task.

@@ -14,6 +14,11 @@ const (
 	// offline timeout unless it reconnects. No new work is placed on it
 	// meanwhile.
 	ReasonDisconnected = "Disconnected"
+	// ReasonNotResponding (Ready Unknown, the node still Online): its
+	// stream looks open but nothing came from it for a few heartbeat
+	// intervals; as Disconnected, no new work is placed on it, and it goes
+	// Offline after the offline timeout unless it is heard from.
+	ReasonNotResponding = "NotResponding"
 	// ReasonHeartbeatTimeout: no heartbeat within the offline timeout.
 	ReasonHeartbeatTimeout = "HeartbeatTimeout"
 	// ReasonHubLost: the node's hub stopped renewing its Lease and no other hub took the node over in time.

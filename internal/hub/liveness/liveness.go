@@ -17,6 +17,11 @@ type Options struct {
 	// AdoptGrace is how long an adopted node may take to connect before it
 	// is reported Disconnected (Due.Unconnected). Zero means 1 minute.
 	AdoptGrace time.Duration
+	// LateAfter is how long a connected node may go without a heartbeat
+	// before it is reported Late (Due.Late), well before OfflineTimeout: a
+	// stream that looks open may be dead, and new work should go
+	// elsewhere meanwhile. Zero: never.
+	LateAfter time.Duration
 }
 
 type entry struct {
@@ -26,6 +31,9 @@ type entry struct {
 	// adopted is set from Adopt until the node connects; reported says
 	// that Tick has listed it in Due.Unconnected.
 	adopted, reported bool
+	// late is set once Tick has listed the node in Due.Late, until it is
+	// heard from again.
+	late bool
 }
 
 // Tracker tracks the nodes one hub has heard from.
@@ -76,17 +84,19 @@ func (t *Tracker) Disconnected(node string) {
 	}
 }
 
-// Heartbeat records a heartbeat. It reports false for a node the tracker does
-// not know (it must open a stream first).
-func (t *Tracker) Heartbeat(node string, now time.Time) bool {
+// Heartbeat records a heartbeat (any message from the node counts). known
+// is false for a node the tracker does not know (it must open a stream
+// first); back is true when the node had been reported Late.
+func (t *Tracker) Heartbeat(node string, now time.Time) (known, back bool) {
 	e, ok := t.nodes[node]
 	if !ok {
-		return false
+		return false, false
 	}
 	if now.After(e.lastSeen) {
 		e.lastSeen = now
 	}
-	return true
+	back, e.late = e.late, false
+	return true, back
 }
 
 // Forget drops a node without reporting it (revoked, deleted, or taken over
@@ -110,6 +120,9 @@ type Due struct {
 	// Unconnected lists adopted nodes that have not connected within
 	// AdoptGrace, once each, with the time they were adopted.
 	Unconnected []Silent
+	// Late lists connected nodes silent for longer than LateAfter, once
+	// each until they are heard from again.
+	Late []Silent
 }
 
 // Silent names a node and when it was last heard from.
@@ -133,6 +146,9 @@ func (t *Tracker) Tick(now time.Time) Due {
 		case e.adopted && !e.reported && now.Sub(e.lastSeen) >= t.opts.AdoptGrace:
 			e.reported = true
 			d.Unconnected = append(d.Unconnected, Silent{Node: name, LastSeen: e.lastSeen, Adopted: true})
+		case e.connected && !e.late && t.opts.LateAfter > 0 && now.Sub(e.lastSeen) > t.opts.LateAfter:
+			e.late = true
+			d.Late = append(d.Late, Silent{Node: name, LastSeen: e.lastSeen})
 		// An adopted node was never heard from: there is nothing to refresh.
 		case !e.adopted && now.Sub(e.lastWritten) >= t.opts.RefreshInterval:
 			e.lastWritten = now
@@ -142,5 +158,6 @@ func (t *Tracker) Tick(now time.Time) Due {
 	sort.Slice(d.Offline, func(i, j int) bool { return d.Offline[i].Node < d.Offline[j].Node })
 	sort.Slice(d.Refresh, func(i, j int) bool { return d.Refresh[i].Node < d.Refresh[j].Node })
 	sort.Slice(d.Unconnected, func(i, j int) bool { return d.Unconnected[i].Node < d.Unconnected[j].Node })
+	sort.Slice(d.Late, func(i, j int) bool { return d.Late[i].Node < d.Late[j].Node })
 	return d
 }

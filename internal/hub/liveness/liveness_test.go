@@ -100,7 +100,7 @@ func TestTick(t *testing.T) {
 				case "adopt":
 					tr.Adopt(s.node, now)
 				case "beat":
-					if !tr.Heartbeat(s.node, now) {
+					if known, _ := tr.Heartbeat(s.node, now); !known {
 						t.Fatalf("step %d: Heartbeat(%s) = false, want true", i, s.node)
 					}
 				case "tick":
@@ -122,7 +122,37 @@ func TestTick(t *testing.T) {
 
 func TestHeartbeatFromUnknownNode(t *testing.T) {
 	tr := New(Options{})
-	if tr.Heartbeat("ghost", t0) {
+	if known, _ := tr.Heartbeat("ghost", t0); known {
 		t.Error("Heartbeat(unknown node) = true, want false: a node must open a stream first")
 	}
+}
+
+// TestLate: a connected node silent past LateAfter is reported Late once,
+// and is back with its next heartbeat; a disconnected or adopted one is
+// not Late (it is already marked otherwise).
+func TestLate(t *testing.T) {
+	tr := New(Options{OfflineTimeout: 5 * time.Minute, LateAfter: 90 * time.Second})
+	tr.Connected("a", t0)
+	tr.Connected("gone", t0)
+	tr.Disconnected("gone")
+	tr.Adopt("adopted", t0)
+	late := func(at time.Duration, want ...string) {
+		t.Helper()
+		if want == nil {
+			want = []string{}
+		}
+		if got := names(tr.Tick(t0.Add(at)).Late); !reflect.DeepEqual(got, want) {
+			t.Errorf("Tick(+%v).Late = %v, want %v", at, got, want)
+		}
+	}
+	late(90 * time.Second)
+	late(91*time.Second, "a")
+	late(2 * time.Minute) // once
+	if known, back := tr.Heartbeat("a", t0.Add(150*time.Second)); !known || !back {
+		t.Errorf("Heartbeat after Late = %v, %v; want known and back", known, back)
+	}
+	if _, back := tr.Heartbeat("a", t0.Add(160*time.Second)); back {
+		t.Error("a second heartbeat is back again")
+	}
+	late(251*time.Second, "a") // silent again
 }
