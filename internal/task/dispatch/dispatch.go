@@ -1207,9 +1207,3 @@ func (d *Dispatcher) LogTarget(ctx context.Context, namespace, name string, atte
 	return node, wire.WorkID(string(t.UID), attempt), nil
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
