@@ -1206,4 +1206,3 @@ func (d *Dispatcher) LogTarget(ctx context.Context, namespace, name string, atte
 	}
 	return node, wire.WorkID(string(t.UID), attempt), nil
 }
-
