@@ -4,11 +4,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,6 +203,28 @@ func TestWriteMosquitto(t *testing.T) {
 	}
 	if _, err := WriteMosquitto(ca, MosquittoConfig{Dir: dir, Listen: "no-port"}); err == nil {
 		t.Error("a listen address without a port was accepted")
+	}
+}
+
+// TestMosquittoKeyReadableAfterDroppingRoot: written as root (as Debian
+// starts Mosquitto), the key belongs to the group of the user Mosquitto
+// drops to, or it could not read it and would not start.
+func TestMosquittoKeyReadableAfterDroppingRoot(t *testing.T) {
+	u, err := user.Lookup("mosquitto")
+	if os.Geteuid() != 0 || err != nil {
+		t.Skipf("needs root and a mosquitto user (.ci/run installs Debian's mosquitto, which adds it): euid %d, %v", os.Geteuid(), err)
+	}
+	dir := t.TempDir()
+	if _, err := WriteMosquitto(newCA(t), MosquittoConfig{Dir: dir, Listen: "127.0.0.1:8883"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "server.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if fmt.Sprint(sys.Gid) != u.Gid || st.Mode().Perm() != 0o640 {
+		t.Errorf("server.key: gid %d mode %v, want gid %s (mosquitto) and 0640", sys.Gid, st.Mode().Perm(), u.Gid)
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -126,5 +128,34 @@ keyfile %[6]s
 			return "", fmt.Errorf("mosquitto config: %w", err)
 		}
 	}
+	if err := keyForBrokerUser(filepath.Join(dir, "server.key"), cfg.User); err != nil {
+		return "", fmt.Errorf("mosquitto config: %w", err)
+	}
 	return filepath.Join(dir, "mosquitto.conf"), nil
+}
+
+// keyForBrokerUser gives the group of the user Mosquitto drops to (name, or
+// its default "mosquitto") the key, when the config is written as root: a
+// root-owned 0640 key is unreadable once Mosquitto has dropped root, and it
+// would refuse to start. Nothing is done when not root, or when there is no
+// such user (Mosquitto then keeps running as whoever started it).
+func keyForBrokerUser(key, name string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if name == "" {
+		name = "mosquitto"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil
+	}
+	gid, err := strconv.Atoi(u.Gid)
+	if err != nil {
+		return nil
+	}
+	if err := os.Chown(key, 0, gid); err != nil {
+		return fmt.Errorf("let user %s read %s: %w", name, key, err)
+	}
+	return nil
 }
