@@ -27,6 +27,8 @@ const (
 type FleetNodeSpec struct {
 	// approved lets the node obtain a client certificate and receive work.
 	// Set by `drover approve NODE` or by an auto-approve bootstrap token.
+	// (Defaulted, so that kubectl get shows false rather than nothing.)
+	// +kubebuilder:default=false
 	// +optional
 	Approved bool `json:"approved,omitempty"`
 

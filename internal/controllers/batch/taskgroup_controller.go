@@ -182,6 +182,11 @@ func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error)
 		}
 		if deleted {
 			log.FromContext(ctx).Info("deleted task", "Task", t.Name, "state", t.Status.State)
+			if w.group != nil && w.r.Recorder != nil && t.Status.State.Holds() {
+				// A running process is stopped: say why, on the group.
+				w.r.Recorder.Eventf(w.group, nil, corev1.EventTypeNormal, "ScaledDown", "Delete",
+					"deleted task %s (%s on node %s): not one of the group's %d tasks any more", t.Name, t.Status.State, t.Status.NodeName, w.group.Spec.Count)
+			}
 		}
 	}
 	return ctrlkit.NoRequeue()
