@@ -96,7 +96,11 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 			continue
 		}
 		switch status.Code(err) {
-		case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument:
+		case codes.Unauthenticated:
+			return id, &FatalError{fmt.Errorf("register with hub %s: %s: start the agent again with a valid token "+
+				"(`drover token create`); a node that was waiting for approval keeps its place, its key is in %s",
+				hub, status.Convert(err).Message(), a.registrationKeyPath())}
+		case codes.PermissionDenied, codes.InvalidArgument:
 			return id, &FatalError{fmt.Errorf("register with hub %s: %s", hub, status.Convert(err).Message())}
 		}
 		a.log.Warn("register failed; retrying", "hub", hub, "err", err, "retryIn", backoff)
