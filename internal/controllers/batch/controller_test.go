@@ -325,10 +325,11 @@ func TestFleetJobCascadesThroughGroupsAndTasks(t *testing.T) {
 	if !strings.HasPrefix(unplaced, "build-a-") {
 		t.Errorf("the unplaced task is %s, want one of group a (group b has priority)", unplaced)
 	}
-	tk := getTask(t, ns, unplaced)
-	if want := "0/3 nodes are available: 2 insufficient cpu, 1 Offline."; tk.Status.Message != want {
-		t.Errorf("message = %q, want %q", tk.Status.Message, want)
-	}
+	// The scheduler may have written a message while its cache knew only
+	// some of the nodes; the next loop brings it up to date.
+	tk := waitTask(t, ns, unplaced, "the message of all three nodes", func(tk *batchv1.Task) bool {
+		return tk.Status.Message == "0/3 nodes are available: 2 insufficient cpu, 1 Offline."
+	})
 	if c := meta.FindStatusCondition(tk.Status.Conditions, batch.ConditionScheduled); c == nil || c.Status != metav1.ConditionFalse || c.Reason != batchv1.ReasonUnschedulable {
 		t.Errorf("Scheduled condition = %+v", c)
 	}
