@@ -20,6 +20,10 @@ type Decision struct {
 	RecheckAfter time.Duration
 }
 
+// firstStatusGrace is how long a just-registered node is left to its hub's
+// first status write.
+const firstStatusGrace = 30 * time.Second
+
 // Decide updates n's status in place from its spec, its hub's Lease (nil when
 // absent) and the time. It is pure, so it is table-tested without an API.
 func Decide(n *fleetv1.FleetNode, lease *coordinationv1.Lease, now time.Time, offlineTimeout time.Duration) Decision {
@@ -33,6 +37,14 @@ func Decide(n *fleetv1.FleetNode, lease *coordinationv1.Lease, now time.Time, of
 			})
 			d.Changed, d.Event, d.EventNote = true, fleetv1.ReasonRevoked, "node revoked; hubs will refuse its connections"
 		}
+		return d
+	}
+	if wait := n.CreationTimestamp.Add(firstStatusGrace).Sub(now); n.Status.Phase == "" && n.Annotations[fleetv1.AnnotationBootstrapToken] != "" && wait > 0 {
+		// Registered a moment ago: the hub's first status write (Approved,
+		// AutoApproved when the token approves) is on its way; deciding
+		// now would race it and call an auto-approval an operator's. If it
+		// never comes (the hub died), the manager decides after the grace.
+		d.RecheckAfter = wait
 		return d
 	}
 	if n.Spec.Approved {

@@ -41,6 +41,12 @@ func TestDecide(t *testing.T) {
 		{"a lost hub's node goes offline after lease expiry plus the timeout", online("hub-a"), lease(40*time.Second + 5*time.Minute + time.Second), fleetv1.FleetNodeOffline, fleetv1.ReasonHubLost, false},
 		{"a revoked node is Revoked whatever its hub", func() *fleetv1.FleetNode { n := online("hub-a"); n.Spec.Revoked = true; return n }(), lease(0), fleetv1.FleetNodeRevoked, fleetv1.ReasonRevoked, false},
 		{"approving a pending node records the Approved condition", &fleetv1.FleetNode{Spec: fleetv1.FleetNodeSpec{Approved: true}, Status: fleetv1.FleetNodeStatus{Phase: fleetv1.FleetNodePending}}, nil, fleetv1.FleetNodePending, fleetv1.ReasonApproved, false},
+		{"a node just registered with an approving token waits for its hub's first status (AutoApproved), not an operator's approval",
+			&fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-time.Second)), Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: "abcdef"}},
+				Spec: fleetv1.FleetNodeSpec{Approved: true}}, nil, "", "", true},
+		{"one whose hub never wrote its first status is decided after the grace",
+			&fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-time.Minute)), Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: "abcdef"}},
+				Spec: fleetv1.FleetNodeSpec{Approved: true}}, nil, fleetv1.FleetNodePending, fleetv1.ReasonApproved, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
