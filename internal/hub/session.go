@@ -700,15 +700,21 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 	}
 	h.mu.Lock()
 	s := h.sessions[node]
-	known, back := h.live.Heartbeat(node, h.opts.Now())
+	known, back := false, false
+	if s != nil {
+		// A call without a stream proves nothing about the node's session.
+		known, back = h.live.Heartbeat(node, h.opts.Now())
+	}
 	h.mu.Unlock()
 	if s == nil || !known {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s has no open stream on hub %s; open GetMessage first", node, h.opts.Name)
 	}
-	if back {
+	if back && h.markResponding(ctx, node) {
 		// Rare (after a silence): written before the answer, so that the
 		// node is schedulable again once its agent hears back.
-		h.markResponding(ctx, node)
+		h.mu.Lock()
+		h.live.Responding(node)
+		h.mu.Unlock()
 	}
 	kind := env.GetKind().String()
 	// A heartbeat changes nothing twice, so its id is not remembered: at

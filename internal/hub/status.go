@@ -218,15 +218,23 @@ func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time)
 // nothing new on it until it is heard from (markResponding).
 func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Time) {
 	now := h.opts.Now()
-	var wrote *fleetv1.FleetNode
+	var (
+		wrote *fleetv1.FleetNode
+		prev  metav1.Condition
+	)
 	if h.writeStatus(ctx, node, "not-responding", func(n *fleetv1.FleetNode) bool {
 		wrote = n
 		if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition) {
 			return false
 		}
+		// Heard from (or reconnected) since Tick said so: nothing to mark.
 		h.mu.Lock()
-		h.wasReady[node] = *meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		late := h.live.Late(node)
 		h.mu.Unlock()
+		if !late {
+			return false
+		}
+		prev = *meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
 		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
 			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonNotResponding,
 			Message: fmt.Sprintf("nothing from the agent since %s though its stream to hub %s is open; Offline after %s unless it is heard from",
@@ -235,20 +243,28 @@ func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Tim
 		})
 		return true
 	}) {
+		h.mu.Lock()
+		h.wasReady[node] = prev
+		h.mu.Unlock()
 		h.nodeEvent(wrote, corev1.EventTypeWarning, fleetv1.ReasonNotResponding, readyMessage(wrote))
 	}
 }
 
-// markResponding is markNotResponding undone: the node was heard from.
-func (h *Hub) markResponding(ctx context.Context, node string) {
+// markResponding is markNotResponding undone: the node was heard from. It
+// reports whether the API is settled (written, or nothing to undo); on a
+// failed write the next message from the node tries again.
+func (h *Hub) markResponding(ctx context.Context, node string) bool {
 	now := h.opts.Now()
 	var wrote *fleetv1.FleetNode
+	nothing := false
 	if h.writeStatus(ctx, node, "responding", func(n *fleetv1.FleetNode) bool {
 		wrote = n
 		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
 		if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline || c == nil || c.Reason != fleetv1.ReasonNotResponding {
+			nothing = true
 			return false
 		}
+		nothing = false
 		h.mu.Lock()
 		prev, ok := h.wasReady[node]
 		delete(h.wasReady, node)
@@ -261,7 +277,9 @@ func (h *Hub) markResponding(ctx context.Context, node string) {
 		return true
 	}) {
 		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonConnected, readyMessage(wrote))
+		return true
 	}
+	return nothing
 }
 
 // readyMessage is the message of n's Ready condition.

@@ -174,6 +174,10 @@ func CSRKeyFingerprint(csrDER []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("parse certificate request: %w", err)
 	}
+	// Only a registrant that holds the key can bind a name to it.
+	if err := csr.CheckSignature(); err != nil {
+		return "", fmt.Errorf("certificate request signature: %w", err)
+	}
 	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
 	return hex.EncodeToString(sum[:]), nil
 }

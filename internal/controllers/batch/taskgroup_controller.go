@@ -129,6 +129,17 @@ func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
 		w.untilDeadline = end.Sub(now)
 		return ctrlkit.NoRequeue()
 	}
+	// A group whose tasks all ended in time (reconciled late) ends as they
+	// did; only one with work left is cut short.
+	done := len(w.terminating) == 0
+	for i := range int(g.Spec.Count) {
+		if t := w.mine[i]; t == nil || !t.Status.State.Final() {
+			done = false
+		}
+	}
+	if done {
+		return ctrlkit.NoRequeue()
+	}
 	w.expired = true
 	for _, t := range w.mine {
 		if t.Status.State.Final() {

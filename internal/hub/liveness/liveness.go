@@ -86,7 +86,8 @@ func (t *Tracker) Disconnected(node string) {
 
 // Heartbeat records a heartbeat (any message from the node counts). known
 // is false for a node the tracker does not know (it must open a stream
-// first); back is true when the node had been reported Late.
+// first); back is true while the node is reported Late: the caller undoes
+// that in the API, then calls Responding.
 func (t *Tracker) Heartbeat(node string, now time.Time) (known, back bool) {
 	e, ok := t.nodes[node]
 	if !ok {
@@ -95,8 +96,20 @@ func (t *Tracker) Heartbeat(node string, now time.Time) (known, back bool) {
 	if now.After(e.lastSeen) {
 		e.lastSeen = now
 	}
-	back, e.late = e.late, false
-	return true, back
+	return true, e.late
+}
+
+// Responding ends a node's Late report, once the API says it is back.
+func (t *Tracker) Responding(node string) {
+	if e, ok := t.nodes[node]; ok {
+		e.late = false
+	}
+}
+
+// Late reports whether node is reported Late now (not heard from since).
+func (t *Tracker) Late(node string) bool {
+	e, ok := t.nodes[node]
+	return ok && e.late
 }
 
 // Forget drops a node without reporting it (revoked, deleted, or taken over

@@ -148,11 +148,15 @@ func TestLate(t *testing.T) {
 	late(90 * time.Second)
 	late(91*time.Second, "a")
 	late(2 * time.Minute) // once
-	if known, back := tr.Heartbeat("a", t0.Add(150*time.Second)); !known || !back {
-		t.Errorf("Heartbeat after Late = %v, %v; want known and back", known, back)
+	if known, back := tr.Heartbeat("a", t0.Add(150*time.Second)); !known || !back || !tr.Late("a") {
+		t.Errorf("Heartbeat after Late = %v, %v; want known and back, still Late until Responding", known, back)
 	}
-	if _, back := tr.Heartbeat("a", t0.Add(160*time.Second)); back {
-		t.Error("a second heartbeat is back again")
+	if _, back := tr.Heartbeat("a", t0.Add(155*time.Second)); !back {
+		t.Error("a heartbeat before Responding is not back: a failed write would leave the node unschedulable")
+	}
+	tr.Responding("a")
+	if _, back := tr.Heartbeat("a", t0.Add(160*time.Second)); back || tr.Late("a") {
+		t.Error("a heartbeat after Responding is back again")
 	}
 	late(251*time.Second, "a") // silent again
 }
