@@ -13,14 +13,14 @@ import (
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // sampleDispatch is a dispatch envelope the size of a real `true` task.
 func sampleDispatch(i int) *agentv1.Envelope {
-	spec, _ := (&wire.Spec{Namespace: "bench", Name: fmt.Sprintf("t-%06d", i), Attempt: 1, Command: []string{"true"}}).Encode()
+	spec, _ := (&taskwire.Spec{Namespace: "bench", Name: fmt.Sprintf("t-%06d", i), Attempt: 1, Command: []string{"true"}}).Encode()
 	return protocol.NewDispatch("bench-node", uint64(i+1), &agentv1.WorkItem{
-		Uid: wire.WorkID("0f6bb0e4-7d4d-4b8e-9a67-3c2d1e0f9a8b", int32(i+1)), Type: wire.TypeExec, Spec: spec})
+		Uid: taskwire.WorkID("0f6bb0e4-7d4d-4b8e-9a67-3c2d1e0f9a8b", int32(i+1)), Type: taskwire.TypeExec, Spec: spec})
 }
 
 // streamServer sends n envelopes on every GetMessage stream and ends it.

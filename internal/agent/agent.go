@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
@@ -179,7 +179,7 @@ func (o *Options) defaults() error {
 		"noop": done,
 		// A confirmation's effect is its presence in the DB, where the
 		// upgrade runner waiting for it looks.
-		wire.TypeConfirm: done,
+		nodejobwire.TypeConfirm: done,
 	}
 	maps.Copy(runners, o.Runners)
 	o.Runners = runners

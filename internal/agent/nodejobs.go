@@ -7,7 +7,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/agent/prepull"
 	"github.com/drover-fleet/drover/internal/agent/upgrade"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
@@ -18,8 +18,8 @@ func (a *Agent) nodeJobRunners(db *store.Store) map[string]Runner {
 		Logger: a.log.With("runner", "upgrade")}
 	pp := &prepull.Runner{StoreDir: filepath.Join(a.opts.StateDir, "images"), DB: db, Logger: a.log.With("runner", "prepull")}
 	return map[string]Runner{
-		wire.TypeUpgrade: &upgradeRunner{r: up},
-		wire.TypePrePull: flowRunner(pp.Run),
+		nodejobwire.TypeUpgrade: &upgradeRunner{r: up},
+		nodejobwire.TypePrePull: flowRunner(pp.Run),
 	}
 }
 
@@ -31,9 +31,9 @@ type finalReport struct {
 	msg string
 }
 
-func (f *finalReport) report(ctx context.Context, phase string, r wire.Report) error {
-	msg := wire.EncodeReport(r)
-	if phase == wire.PhaseRunning {
+func (f *finalReport) report(ctx context.Context, phase string, r nodejobwire.Report) error {
+	msg := nodejobwire.EncodeReport(r)
+	if phase == nodejobwire.PhaseRunning {
 		return f.env.Report(ctx, r.Action, msg)
 	}
 	f.mu.Lock()

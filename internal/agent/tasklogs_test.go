@@ -15,7 +15,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
-	taskwire "github.com/drover-fleet/drover/internal/task/wire"
+	taskwire "github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // collect is a LogChunk sink: the chunks streamLog sends, in order.

@@ -12,7 +12,7 @@ import (
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/store"
-	taskwire "github.com/drover-fleet/drover/internal/task/wire"
+	taskwire "github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // execAction is the work_actions row of a task attempt: written before its

@@ -20,7 +20,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
-	taskwire "github.com/drover-fleet/drover/internal/task/wire"
+	taskwire "github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // taskWait bounds the waits of the task tests (processes run for seconds).

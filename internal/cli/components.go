@@ -27,9 +27,9 @@ import (
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/manager"
-	"github.com/drover-fleet/drover/internal/nodejob/executor"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobhub"
 	"github.com/drover-fleet/drover/internal/protocol"
-	"github.com/drover-fleet/drover/internal/task/dispatch"
+	"github.com/drover-fleet/drover/internal/task/taskhub"
 )
 
 // componentOptions are the flags of the parts `drover server`, `drover
@@ -137,22 +137,22 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		var (
 			work   hub.WorkSource
 			status hub.StatusSink
-			exec   *executor.Executor
+			exec   *nodejobhub.Executor
 		)
 		if !c.gates.Enabled(features.DisableNodeTaskV1alpha2) {
-			exec = executor.New(executor.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			exec = nodejobhub.New(nodejobhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 				Logger: log.With("component", "nodejob-executor"), Registerer: metrics.Registry})
 			if err := exec.SetupWithManager(mgr); err != nil {
 				return nil, fmt.Errorf("set up node job executor: %w", err)
 			}
 			work, status = exec, exec
 		}
-		tasks := dispatch.New(dispatch.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		tasks := taskhub.New(taskhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 			Logger: log.With("component", "task-dispatch"), Registerer: metrics.Registry})
 		if err := tasks.SetupWithManager(context.Background(), mgr); err != nil {
 			return nil, fmt.Errorf("set up task dispatch: %w", err)
 		}
-		mux := hub.NewMux(hub.Route{Name: "tasks", Owns: dispatch.Owns, Work: tasks, Status: tasks},
+		mux := hub.NewMux(hub.Route{Name: "tasks", Owns: taskhub.Owns, Work: tasks, Status: tasks},
 			hub.Route{Name: "node jobs", Work: work, Status: status})
 		h, err := hub.New(hub.Options{
 			Work:              mux,

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 // jobKind describes one node job kind for the CLI.
@@ -149,7 +149,7 @@ func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.Node
 	for _, n := range nodes {
 		ver := n.CurrentVersion
 		switch {
-		case n.Action == flow.RollBack && ver != "":
+		case n.Action == nodejobwire.RollBack && ver != "":
 			// historic/current were written by the upgrade it undid.
 			ver += " (rolled back)"
 		case n.HistoricVersion != "" && n.HistoricVersion != ver:

@@ -11,9 +11,9 @@ import (
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
-	"github.com/drover-fleet/drover/internal/controllers/batch"
-	"github.com/drover-fleet/drover/internal/controllers/fleetnode"
-	"github.com/drover-fleet/drover/internal/controllers/nodejob"
+	"github.com/drover-fleet/drover/internal/fleetnode/fleetnodectl"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobctl"
+	"github.com/drover-fleet/drover/internal/task/taskctl"
 )
 
 // Scheme returns a scheme with Kubernetes' built-in kinds and Drover's.
@@ -44,7 +44,7 @@ type Options struct {
 	// (off with --feature-gates=disableNodeTaskV1alpha2).
 	NodeJobs bool
 	// Tasks runs the FleetJob, TaskGroup and Task controllers and the task
-	// scheduler (batch.drover.io).
+	// scheduler (taskctl.drover.io).
 	Tasks bool
 }
 
@@ -56,7 +56,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.OfflineTimeout <= 0 {
 		opts.OfflineTimeout = 5 * time.Minute
 	}
-	r := &fleetnode.Reconciler{
+	r := &fleetnodectl.Reconciler{
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Recorder:       mgr.GetEventRecorder("drover-manager"),
@@ -67,7 +67,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("set up FleetNode controller: %w", err)
 	}
 	if opts.Tasks {
-		if err := batch.Setup(mgr, batch.Options{}); err != nil {
+		if err := taskctl.Setup(mgr, taskctl.Options{}); err != nil {
 			return err
 		}
 	}
@@ -75,12 +75,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return nil
 	}
 	rec := mgr.GetEventRecorder("drover-manager")
-	upgrades := &nodejob.Reconciler[*opsv1.NodeUpgradeJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
+	upgrades := &nodejobctl.Reconciler[*opsv1.NodeUpgradeJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
 		New: func() *opsv1.NodeUpgradeJob { return &opsv1.NodeUpgradeJob{} }}
 	if err := upgrades.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up NodeUpgradeJob controller: %w", err)
 	}
-	pulls := &nodejob.Reconciler[*opsv1.ImagePrePullJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
+	pulls := &nodejobctl.Reconciler[*opsv1.ImagePrePullJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
 		New: func() *opsv1.ImagePrePullJob { return &opsv1.ImagePrePullJob{} }}
 	if err := pulls.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ImagePrePullJob controller: %w", err)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 func counts(total, pending, inProgress, ok, failed, unknown int32) opsv1.NodeTaskCounts {
@@ -73,8 +73,8 @@ func TestCount(t *testing.T) {
 
 func TestActionNamesMatchTheAPI(t *testing.T) {
 	pairs := map[string]string{
-		flow.Check: opsv1.ActionCheck, flow.WaitingConfirmation: opsv1.ActionWaitingConfirmation, flow.BackUp: opsv1.ActionBackUp,
-		flow.Upgrade: opsv1.ActionUpgrade, flow.RollBack: opsv1.ActionRollBack, flow.Pull: opsv1.ActionPull,
+		nodejobwire.Check: opsv1.ActionCheck, nodejobwire.WaitingConfirmation: opsv1.ActionWaitingConfirmation, nodejobwire.BackUp: opsv1.ActionBackUp,
+		nodejobwire.Upgrade: opsv1.ActionUpgrade, nodejobwire.RollBack: opsv1.ActionRollBack, nodejobwire.Pull: opsv1.ActionPull,
 	}
 	for a, b := range pairs {
 		if a != b {

@@ -6,20 +6,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 // maxActionRecords is NodeTaskStatus.ActionFlow's MaxItems.
 const maxActionRecords = 8
 
 // ApplyReport merges one agent report into a node's entry and reports
-// whether it changed anything. phase is the WorkStatus phase (wire.Phase*).
+// whether it changed anything. phase is the WorkStatus phase (nodejobwire.Phase*).
 //
 // A report is applied at least once, maybe twice: the same report again
 // changes nothing. A node already Successful or Failure keeps its phase,
 // and so does an Unknown one (the manager gave up on it and counted it), but
 // its record of actions still takes late reports: the detail stays true.
-func ApplyReport(e *opsv1.NodeTaskStatus, phase string, r wire.Report, now time.Time) bool {
+func ApplyReport(e *opsv1.NodeTaskStatus, phase string, r nodejobwire.Report, now time.Time) bool {
 	at := metav1.NewTime(r.Time.Truncate(time.Second))
 	if r.Time.IsZero() {
 		at = metav1.NewTime(now.Truncate(time.Second))
@@ -31,7 +31,7 @@ func ApplyReport(e *opsv1.NodeTaskStatus, phase string, r wire.Report, now time.
 	case !r.Success:
 		status = metav1.ConditionFalse
 	}
-	rec := opsv1.ActionStatus{Action: r.Action, Status: status, Reason: wire.Clip(r.Reason, 256), Time: at}
+	rec := opsv1.ActionStatus{Action: r.Action, Status: status, Reason: nodejobwire.Clip(r.Reason, 256), Time: at}
 	changed := false
 	n := len(e.ActionFlow)
 	switch {
@@ -65,7 +65,7 @@ func ApplyReport(e *opsv1.NodeTaskStatus, phase string, r wire.Report, now time.
 			if !im.Success {
 				st = metav1.ConditionFalse
 			}
-			imgs = append(imgs, opsv1.ImageStatus{Image: im.Image, Status: st, Reason: wire.Clip(im.Reason, 256)})
+			imgs = append(imgs, opsv1.ImageStatus{Image: im.Image, Status: st, Reason: nodejobwire.Clip(im.Reason, 256)})
 		}
 		if !equalImages(e.ImageStatus, imgs) {
 			e.ImageStatus, changed = imgs, true
@@ -77,10 +77,10 @@ func ApplyReport(e *opsv1.NodeTaskStatus, phase string, r wire.Report, now time.
 	next := opsv1.NodeTaskPhaseInProgress
 	reason := ""
 	switch phase {
-	case wire.PhaseSucceeded:
+	case nodejobwire.PhaseSucceeded:
 		next = opsv1.NodeTaskPhaseSuccessful
-	case wire.PhaseFailed:
-		next, reason = opsv1.NodeTaskPhaseFailure, wire.Clip(r.Action+": "+r.Reason, 512)
+	case nodejobwire.PhaseFailed:
+		next, reason = opsv1.NodeTaskPhaseFailure, nodejobwire.Clip(r.Action+": "+r.Reason, 512)
 	}
 	if e.Phase != next || e.Action != r.Action || (reason != "" && e.Reason != reason) || (next == opsv1.NodeTaskPhaseInProgress && e.Reason != "") {
 		e.Phase, e.Action, e.Reason = next, r.Action, reason

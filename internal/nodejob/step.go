@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 // NodeState is what the manager knows of a target node from its FleetNode.
@@ -69,7 +69,7 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 	for i, e := range entries {
 		switch e.Phase {
 		case opsv1.NodeTaskPhaseInProgress:
-			if e.Action == flow.WaitingConfirmation {
+			if e.Action == nodejobwire.WaitingConfirmation {
 				inFlight++
 				continue
 			}

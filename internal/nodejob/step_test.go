@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -53,26 +53,26 @@ func TestStep(t *testing.T) {
 			[]opsv1.NodeTaskStatus{entry("c", "Pending", "", time.Time{}), entry("a", "Pending", "", time.Time{}), entry("b", "Pending", "", time.Time{})},
 			online("a", "b", "c"), "a:InProgress b:InProgress", time.Minute},
 		{"running nodes hold their slots", in,
-			[]opsv1.NodeTaskStatus{entry("a", "InProgress", flow.Upgrade, t0.Add(-10*time.Second)), entry("b", "Pending", "", time.Time{}), entry("c", "Pending", "", time.Time{})},
+			[]opsv1.NodeTaskStatus{entry("a", "InProgress", nodejobwire.Upgrade, t0.Add(-10*time.Second)), entry("b", "Pending", "", time.Time{}), entry("c", "Pending", "", time.Time{})},
 			online("a", "b", "c"), "b:InProgress", 50 * time.Second},
 		{"a rollback keeps its slot", in,
-			[]opsv1.NodeTaskStatus{entry("a", "InProgress", flow.RollBack, t0), entry("b", "InProgress", flow.Check, t0), entry("c", "Pending", "", time.Time{})},
+			[]opsv1.NodeTaskStatus{entry("a", "InProgress", nodejobwire.RollBack, t0), entry("b", "InProgress", nodejobwire.Check, t0), entry("c", "Pending", "", time.Time{})},
 			online("a", "b", "c"), "", time.Minute},
 		{"finished nodes free their slots", in,
-			[]opsv1.NodeTaskStatus{entry("a", "Successful", flow.Upgrade, t0), entry("b", "Failure", flow.RollBack, t0), entry("c", "Pending", "", time.Time{})},
+			[]opsv1.NodeTaskStatus{entry("a", "Successful", nodejobwire.Upgrade, t0), entry("b", "Failure", nodejobwire.RollBack, t0), entry("c", "Pending", "", time.Time{})},
 			online("a", "b", "c"), "c:InProgress", time.Minute},
 		{"offline, missing, revoked and unapproved nodes fail at once without a slot", Inputs{Concurrency: 1, Timeout: time.Minute},
 			[]opsv1.NodeTaskStatus{entry("a", "Pending", "", time.Time{}), entry("b", "Pending", "", time.Time{}), entry("c", "Pending", "", time.Time{}), entry("d", "Pending", "", time.Time{}), entry("e", "Pending", "", time.Time{})},
 			map[string]NodeState{"a": {Exists: true, Phase: "Offline"}, "c": {Exists: true, Phase: "Revoked"}, "d": {Exists: true, Phase: "Pending"}, "e": {Exists: true, Phase: "Online", Hub: "h"}},
 			"a:Failure b:Failure c:Failure d:Failure e:InProgress", time.Minute},
 		{"a silent node goes Unknown and frees its slot", in,
-			[]opsv1.NodeTaskStatus{entry("a", "InProgress", flow.Upgrade, t0.Add(-time.Minute)), entry("b", "InProgress", "", t0.Add(-61*time.Second)), entry("c", "Pending", "", time.Time{})},
+			[]opsv1.NodeTaskStatus{entry("a", "InProgress", nodejobwire.Upgrade, t0.Add(-time.Minute)), entry("b", "InProgress", "", t0.Add(-61*time.Second)), entry("c", "Pending", "", time.Time{})},
 			online("a", "b", "c"), "a:Unknown b:Unknown c:InProgress", time.Minute},
 		{"waiting for confirmation never times out but holds its slot", Inputs{Concurrency: 1, Timeout: time.Minute},
-			[]opsv1.NodeTaskStatus{entry("a", "InProgress", flow.WaitingConfirmation, t0.Add(-time.Hour)), entry("b", "Pending", "", time.Time{})},
+			[]opsv1.NodeTaskStatus{entry("a", "InProgress", nodejobwire.WaitingConfirmation, t0.Add(-time.Hour)), entry("b", "Pending", "", time.Time{})},
 			online("a", "b"), "", 0},
 		{"abort fails the nodes not started, leaves running ones", Inputs{Concurrency: 5, Timeout: time.Minute, Aborted: true},
-			[]opsv1.NodeTaskStatus{entry("a", "InProgress", flow.Upgrade, t0), entry("b", "Pending", "", time.Time{})},
+			[]opsv1.NodeTaskStatus{entry("a", "InProgress", nodejobwire.Upgrade, t0), entry("b", "Pending", "", time.Time{})},
 			online("a", "b"), "b:Failure", time.Minute},
 		{"nothing to do", in,
 			[]opsv1.NodeTaskStatus{entry("a", "Successful", "", t0)},
@@ -100,16 +100,16 @@ func TestStep(t *testing.T) {
 }
 
 func TestChangeApplyIsCompareAndSet(t *testing.T) {
-	r := Step(t0, Inputs{Concurrency: 1, Timeout: time.Minute}, []opsv1.NodeTaskStatus{entry("a", "InProgress", flow.Upgrade, t0.Add(-2*time.Minute))}, online("a"))
+	r := Step(t0, Inputs{Concurrency: 1, Timeout: time.Minute}, []opsv1.NodeTaskStatus{entry("a", "InProgress", nodejobwire.Upgrade, t0.Add(-2*time.Minute))}, online("a"))
 	if len(r.Changes) != 1 {
 		t.Fatalf("changes = %v", r.Changes)
 	}
 	// A hub reported meanwhile: the timeout must not overwrite the report.
-	fresh := entry("a", "InProgress", flow.RollBack, t0)
+	fresh := entry("a", "InProgress", nodejobwire.RollBack, t0)
 	if r.Changes[0].Apply(&fresh) || fresh.Phase != opsv1.NodeTaskPhaseInProgress {
 		t.Errorf("Apply overwrote a newer report: %+v", fresh)
 	}
-	same := entry("a", "InProgress", flow.Upgrade, t0.Add(-2*time.Minute))
+	same := entry("a", "InProgress", nodejobwire.Upgrade, t0.Add(-2*time.Minute))
 	if !r.Changes[0].Apply(&same) || same.Phase != opsv1.NodeTaskPhaseUnknown {
 		t.Errorf("Apply on the entry it saw: %+v", same)
 	}

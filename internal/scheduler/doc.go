@@ -1,6 +1,6 @@
 // Package scheduler decides where batch Tasks run. It is pure: it reads
 // snapshots of FleetNodes and Tasks handed to it and returns decisions; the
-// manager's scheduling loop (internal/controllers/batch) reads the API and
+// manager's scheduling loop (internal/task/taskctl) reads the API and
 // writes the decisions.
 //
 // A Cluster holds, per node, what the tasks holding it (Scheduled,

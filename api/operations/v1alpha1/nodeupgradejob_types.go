@@ -5,7 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Actions of an upgrade, in flow order (see internal/nodejob/flow).
+// Actions of an upgrade, in flow order (see internal/nodejob/nodejobwire).
 const (
 	ActionCheck               = "Check"
 	ActionWaitingConfirmation = "WaitingConfirmation"

@@ -6,8 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -28,7 +27,7 @@ func (a *simAgent) answerJobs(ctx context.Context, env *agentv1.Envelope) error 
 		items = p.Snapshot.GetItems()
 	}
 	for _, it := range items {
-		if it.GetType() != wire.TypeUpgrade {
+		if it.GetType() != nodejobwire.TypeUpgrade {
 			continue
 		}
 		if a.jobs == nil {
@@ -47,22 +46,22 @@ func (a *simAgent) answerJobs(ctx context.Context, env *agentv1.Envelope) error 
 
 func (a *simAgent) answerUpgrade(ctx context.Context, it *agentv1.WorkItem) error {
 	uid := it.GetUid()
-	spec, err := wire.DecodeUpgrade(it.GetSpec())
+	spec, err := nodejobwire.DecodeUpgrade(it.GetSpec())
 	var steps []*agentv1.WorkStatus
 	if err != nil {
 		// What the real runner reports for a bad spec: Check fails.
 		a.s.st.jobErrors.Add(1)
-		r := wire.Report{Action: flow.Check, Reason: "invalid spec: " + err.Error(), Time: time.Now()}
-		steps = append(steps, &agentv1.WorkStatus{Uid: uid, Phase: wire.PhaseFailed, Reason: r.Reason, Message: wire.EncodeReport(r)})
+		r := nodejobwire.Report{Action: nodejobwire.Check, Reason: "invalid spec: " + err.Error(), Time: time.Now()}
+		steps = append(steps, &agentv1.WorkStatus{Uid: uid, Phase: nodejobwire.PhaseFailed, Reason: r.Reason, Message: nodejobwire.EncodeReport(r)})
 	} else {
-		check := wire.Report{Action: flow.Check, Success: true, Reason: "checks passed", Time: time.Now()}
-		backup := wire.Report{Action: flow.BackUp, Success: true, Reason: fmt.Sprintf("backed up %s (simulated)", a.s.opts.version), Time: time.Now()}
-		up := wire.Report{Action: flow.Upgrade, Success: true, Reason: fmt.Sprintf("upgraded to %s (simulated)", spec.Version), Time: time.Now(),
+		check := nodejobwire.Report{Action: nodejobwire.Check, Success: true, Reason: "checks passed", Time: time.Now()}
+		backup := nodejobwire.Report{Action: nodejobwire.BackUp, Success: true, Reason: fmt.Sprintf("backed up %s (simulated)", a.s.opts.version), Time: time.Now()}
+		up := nodejobwire.Report{Action: nodejobwire.Upgrade, Success: true, Reason: fmt.Sprintf("upgraded to %s (simulated)", spec.Version), Time: time.Now(),
 			CurrentVersion: spec.Version, HistoricVersion: a.s.opts.version}
 		steps = append(steps,
-			&agentv1.WorkStatus{Uid: uid, Phase: wire.PhaseRunning, Reason: check.Action, Message: wire.EncodeReport(check)},
-			&agentv1.WorkStatus{Uid: uid, Phase: wire.PhaseRunning, Reason: backup.Action, Message: wire.EncodeReport(backup)},
-			&agentv1.WorkStatus{Uid: uid, Phase: wire.PhaseSucceeded, Reason: up.Reason, Message: wire.EncodeReport(up)})
+			&agentv1.WorkStatus{Uid: uid, Phase: nodejobwire.PhaseRunning, Reason: check.Action, Message: nodejobwire.EncodeReport(check)},
+			&agentv1.WorkStatus{Uid: uid, Phase: nodejobwire.PhaseRunning, Reason: backup.Action, Message: nodejobwire.EncodeReport(backup)},
+			&agentv1.WorkStatus{Uid: uid, Phase: nodejobwire.PhaseSucceeded, Reason: up.Reason, Message: nodejobwire.EncodeReport(up)})
 	}
 	for _, st := range steps {
 		a.agentRev++

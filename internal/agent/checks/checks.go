@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 // Default limits in percent, used when a job leaves one at 0.
@@ -27,7 +27,7 @@ const (
 )
 
 // DefaultCPUInterval is how long CPU usage is sampled: long enough to average
-// out a burst, short enough not to hold up the flow.
+// out a burst, short enough not to hold up the nodejobwire.
 const DefaultCPUInterval = time.Second
 
 // Checker measures. The zero value reads /proc and samples CPU for
@@ -43,7 +43,7 @@ type Checker struct {
 }
 
 // Check runs c's items with the default Checker.
-func Check(ctx context.Context, c wire.Checks, dir string) error {
+func Check(ctx context.Context, c nodejobwire.Checks, dir string) error {
 	return Checker{}.Check(ctx, c, dir)
 }
 
@@ -51,7 +51,7 @@ func Check(ctx context.Context, c wire.Checks, dir string) error {
 // system) and returns nil when all are under their limits, or an error
 // naming every item that failed with its measured value, e.g.
 // "check cpu: usage 93.1% is over the limit 80%".
-func (k Checker) Check(ctx context.Context, c wire.Checks, dir string) error {
+func (k Checker) Check(ctx context.Context, c nodejobwire.Checks, dir string) error {
 	if k.ProcDir == "" {
 		k.ProcDir = "/proc"
 	}

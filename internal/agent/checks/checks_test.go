@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 0.05 }
@@ -128,23 +128,23 @@ func TestCheck(t *testing.T) {
 	tests := []struct {
 		name    string
 		k       Checker
-		c       wire.Checks
+		c       nodejobwire.Checks
 		wantErr []string // substrings; none means Check passes
 	}{
-		{"no items checks nothing", Checker{ProcDir: "testdata/nowhere"}, wire.Checks{}, nil},
-		{"memory under the default limit", Checker{ProcDir: "testdata/proc-idle"}, wire.Checks{Items: []string{"mem"}}, nil},
-		{"memory over the default limit names the value", Checker{ProcDir: "testdata/proc-busy"}, wire.Checks{Items: []string{"mem"}},
+		{"no items checks nothing", Checker{ProcDir: "testdata/nowhere"}, nodejobwire.Checks{}, nil},
+		{"memory under the default limit", Checker{ProcDir: "testdata/proc-idle"}, nodejobwire.Checks{Items: []string{"mem"}}, nil},
+		{"memory over the default limit names the value", Checker{ProcDir: "testdata/proc-busy"}, nodejobwire.Checks{Items: []string{"mem"}},
 			[]string{"check mem: usage 95.0% is over the limit 80%"}},
-		{"memory under a raised limit", Checker{ProcDir: "testdata/proc-busy"}, wire.Checks{Items: []string{"mem"}, MemPercent: 96}, nil},
-		{"disk over its limit", Checker{Statfs: disk(DiskStat{Blocks: 100, Free: 5, Avail: 5})}, wire.Checks{Items: []string{"disk"}},
+		{"memory under a raised limit", Checker{ProcDir: "testdata/proc-busy"}, nodejobwire.Checks{Items: []string{"mem"}, MemPercent: 96}, nil},
+		{"disk over its limit", Checker{Statfs: disk(DiskStat{Blocks: 100, Free: 5, Avail: 5})}, nodejobwire.Checks{Items: []string{"disk"}},
 			[]string{"check disk: usage 95.0% is over the limit 90%"}},
 		{"every failure is named", Checker{ProcDir: "testdata/proc-busy", Statfs: disk(DiskStat{Blocks: 100, Free: 5, Avail: 5})},
-			wire.Checks{Items: []string{"mem", "disk"}}, []string{"check mem: usage 95.0%", "check disk: usage 95.0%"}},
+			nodejobwire.Checks{Items: []string{"mem", "disk"}}, []string{"check mem: usage 95.0%", "check disk: usage 95.0%"}},
 		{"cpu counters that do not move are an error", Checker{ProcDir: "testdata/proc-idle", CPUInterval: time.Millisecond},
-			wire.Checks{Items: []string{"cpu"}}, []string{"check cpu: /proc/stat: the cpu counters did not advance"}},
-		{"a missing /proc file is an error", Checker{ProcDir: "testdata/nowhere"}, wire.Checks{Items: []string{"mem"}},
+			nodejobwire.Checks{Items: []string{"cpu"}}, []string{"check cpu: /proc/stat: the cpu counters did not advance"}},
+		{"a missing /proc file is an error", Checker{ProcDir: "testdata/nowhere"}, nodejobwire.Checks{Items: []string{"mem"}},
 			[]string{"check mem: open testdata/nowhere/meminfo"}},
-		{"real cpu under 100%", Checker{CPUInterval: testCPUInterval}, wire.Checks{Items: []string{"cpu"}, CPUPercent: 100}, nil},
+		{"real cpu under 100%", Checker{CPUInterval: testCPUInterval}, nodejobwire.Checks{Items: []string{"cpu"}, CPUPercent: 100}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,7 +170,7 @@ func TestCheck(t *testing.T) {
 func TestCheckRealDisk(t *testing.T) {
 	// The real statfs of a temp dir: used percent is within [0, 100], so
 	// a limit of 100 passes.
-	if err := Check(context.Background(), wire.Checks{Items: []string{"disk", "mem"}, DiskPercent: 100, MemPercent: 100}, t.TempDir()); err != nil {
+	if err := Check(context.Background(), nodejobwire.Checks{Items: []string{"disk", "mem"}, DiskPercent: 100, MemPercent: 100}, t.TempDir()); err != nil {
 		t.Fatalf("Check(disk, mem at 100%%) = %v", err)
 	}
 }
@@ -178,7 +178,7 @@ func TestCheckRealDisk(t *testing.T) {
 func TestCheckCPUStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := Checker{CPUInterval: time.Hour}.Check(ctx, wire.Checks{Items: []string{"cpu"}}, "")
+	err := Checker{CPUInterval: time.Hour}.Check(ctx, nodejobwire.Checks{Items: []string{"cpu"}}, "")
 	if err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Fatalf("Check(cancelled) = %v, want context canceled", err)
 	}

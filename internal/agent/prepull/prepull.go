@@ -34,15 +34,14 @@ import (
 
 	"github.com/drover-fleet/drover/internal/agent/checks"
 	"github.com/drover-fleet/drover/internal/agent/registryauth"
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
 // Reporter sends one action report to the hub (through the agent's durable
 // outbox); it has the same shape as upgrade.Reporter, so one func serves
 // both. phase is the work item's phase after the action.
-type Reporter func(ctx context.Context, phase string, r wire.Report) error
+type Reporter func(ctx context.Context, phase string, r nodejobwire.Report) error
 
 // Defaults.
 const (
@@ -68,7 +67,7 @@ type Runner struct {
 	// DefaultBackoff.
 	Backoff time.Duration
 	// Check runs the pre-checks (disk is StoreDir's); default checks.Check.
-	Check func(ctx context.Context, c wire.Checks, dir string) error
+	Check func(ctx context.Context, c nodejobwire.Checks, dir string) error
 	// Logger; default discard.
 	Logger *slog.Logger
 	// Now stamps reports; default time.Now.
@@ -98,38 +97,38 @@ func (r *Runner) setup() error {
 }
 
 // Run runs (or resumes) the flow of work item uid with spec (the JSON of a
-// wire.PrePullSpec) and returns wire.PhaseSucceeded or wire.PhaseFailed with
+// nodejobwire.PrePullSpec) and returns nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed with
 // a reason. Called again for the same uid, it does not repeat a finished
 // action.
 func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Reporter) (phase, reason string) {
 	if err := r.setup(); err != nil {
-		return wire.PhaseFailed, err.Error()
+		return nodejobwire.PhaseFailed, err.Error()
 	}
-	s, specErr := wire.DecodePrePull(spec)
+	s, specErr := nodejobwire.DecodePrePull(spec)
 	if specErr != nil {
 		specErr = fmt.Errorf("invalid spec: %w", specErr)
 	}
 	rows, err := r.DB.Actions(ctx, uid)
 	if err != nil {
-		return wire.PhaseFailed, err.Error()
+		return nodejobwire.PhaseFailed, err.Error()
 	}
 	done := map[string]store.Action{}
 	for _, a := range rows {
 		done[a.Action] = a
 	}
-	for a := flow.PrePullFlow().First; a != nil; {
+	for a := nodejobwire.PrePullFlow().First; a != nil; {
 		row, seen := done[a.Name]
 		if !seen || row.State == store.ActionRunning {
 			// Before the action: a crash from here on finds it Running and
 			// runs it again.
 			if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: a.Name, State: store.ActionRunning}); err != nil {
-				return wire.PhaseFailed, err.Error()
+				return nodejobwire.PhaseFailed, err.Error()
 			}
 			success, reason, images := r.do(ctx, a.Name, s, specErr)
 			if ctx.Err() != nil {
 				// Interrupted (the agent stops, or the item was cancelled):
 				// record no end, so that a later run does it again.
-				return wire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
+				return nodejobwire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
 			}
 			row = store.Action{UID: uid, Action: a.Name, State: store.ActionFailed, Reason: reason}
 			if success {
@@ -139,38 +138,38 @@ func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Report
 				row.Data, _ = json.Marshal(images) // plain structs: cannot fail
 			}
 			if err := r.DB.SetAction(ctx, row); err != nil {
-				return wire.PhaseFailed, err.Error()
+				return nodejobwire.PhaseFailed, err.Error()
 			}
 		}
 		success := row.State == store.ActionSucceeded
-		res := flow.After(a, success)
-		phase := map[flow.Result]string{flow.Running: wire.PhaseRunning, flow.Succeeded: wire.PhaseSucceeded, flow.Failed: wire.PhaseFailed}[res]
+		res := nodejobwire.After(a, success)
+		phase := map[nodejobwire.Result]string{nodejobwire.Running: nodejobwire.PhaseRunning, nodejobwire.Succeeded: nodejobwire.PhaseSucceeded, nodejobwire.Failed: nodejobwire.PhaseFailed}[res]
 		if !row.Reported {
-			rep := wire.Report{Action: a.Name, Success: success, Reason: row.Reason, Time: r.Now()}
+			rep := nodejobwire.Report{Action: a.Name, Success: success, Reason: row.Reason, Time: r.Now()}
 			if len(row.Data) > 0 {
 				_ = json.Unmarshal(row.Data, &rep.Images) // our own JSON
 			}
 			if err := report(ctx, phase, rep); err != nil {
-				return wire.PhaseFailed, fmt.Sprintf("report %s: %v", a.Name, err)
+				return nodejobwire.PhaseFailed, fmt.Sprintf("report %s: %v", a.Name, err)
 			}
 			if err := r.DB.MarkActionReported(ctx, uid, a.Name); err != nil {
-				return wire.PhaseFailed, err.Error()
+				return nodejobwire.PhaseFailed, err.Error()
 			}
 		}
-		if res != flow.Running {
+		if res != nodejobwire.Running {
 			return phase, row.Reason
 		}
 		a = a.Next(success)
 	}
-	return wire.PhaseFailed, "empty flow" // cannot happen: flows have a first action
+	return nodejobwire.PhaseFailed, "empty flow" // cannot happen: flows have a first action
 }
 
-func (r *Runner) do(ctx context.Context, action string, s wire.PrePullSpec, specErr error) (bool, string, []wire.ImageResult) {
+func (r *Runner) do(ctx context.Context, action string, s nodejobwire.PrePullSpec, specErr error) (bool, string, []nodejobwire.ImageResult) {
 	if specErr != nil {
 		return false, specErr.Error(), nil
 	}
 	switch action {
-	case flow.Check:
+	case nodejobwire.Check:
 		if err := os.MkdirAll(r.StoreDir, 0o755); err != nil {
 			return false, fmt.Sprintf("create image store %s: %v", r.StoreDir, err), nil
 		}
@@ -178,14 +177,14 @@ func (r *Runner) do(ctx context.Context, action string, s wire.PrePullSpec, spec
 			return false, err.Error(), nil
 		}
 		return true, "checks passed", nil
-	case flow.Pull:
+	case nodejobwire.Pull:
 		return r.pull(ctx, s)
 	}
 	return false, fmt.Sprintf("unknown action %q", action), nil
 }
 
 // pull pulls every image of s, in order, each with its retries.
-func (r *Runner) pull(ctx context.Context, s wire.PrePullSpec) (bool, string, []wire.ImageResult) {
+func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) (bool, string, []nodejobwire.ImageResult) {
 	timeout := DefaultTimeout
 	if s.TimeoutSeconds > 0 {
 		timeout = time.Duration(s.TimeoutSeconds) * time.Second
@@ -196,11 +195,11 @@ func (r *Runner) pull(ctx context.Context, s wire.PrePullSpec) (bool, string, []
 	if err != nil {
 		return false, fmt.Sprintf("open image store %s: %v", r.StoreDir, err), nil
 	}
-	results := make([]wire.ImageResult, 0, len(s.Images))
+	results := make([]nodejobwire.ImageResult, 0, len(s.Images))
 	var failed []string
 	for _, im := range s.Images {
 		err := r.pullOne(pctx, lp, im, s)
-		res := wire.ImageResult{Image: im, Success: err == nil}
+		res := nodejobwire.ImageResult{Image: im, Success: err == nil}
 		if err != nil {
 			if pctx.Err() != nil && ctx.Err() == nil {
 				err = fmt.Errorf("%w (pull timeout %s)", err, timeout)
@@ -228,7 +227,7 @@ func openLayout(dir string) (layout.Path, error) {
 // pullOne pulls image into lp, retrying s.RetryTimes times with a doubling
 // backoff. Errors a retry cannot fix (bad credentials, no such image) are
 // not retried.
-func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s wire.PrePullSpec) error {
+func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s nodejobwire.PrePullSpec) error {
 	ref, err := name.ParseReference(image)
 	if err != nil {
 		return err

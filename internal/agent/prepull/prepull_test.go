@@ -19,8 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
@@ -91,7 +90,7 @@ func (g *reg) push(t *testing.T, repo string) string {
 
 type sent struct {
 	phase string
-	rep   wire.Report
+	rep   nodejobwire.Report
 }
 
 type recorder struct {
@@ -99,7 +98,7 @@ type recorder struct {
 	list []sent
 }
 
-func (rc *recorder) report(_ context.Context, phase string, r wire.Report) error {
+func (rc *recorder) report(_ context.Context, phase string, r nodejobwire.Report) error {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.list = append(rc.list, sent{phase, r})
@@ -117,7 +116,7 @@ func newRunner(t *testing.T) *Runner {
 	return &Runner{StoreDir: filepath.Join(dir, "images"), DB: db, Backoff: testBackoff}
 }
 
-func specJSON(t *testing.T, s wire.PrePullSpec) []byte {
+func specJSON(t *testing.T, s nodejobwire.PrePullSpec) []byte {
 	t.Helper()
 	s.Job = "j"
 	b, err := json.Marshal(s)
@@ -157,7 +156,7 @@ func TestPrePull(t *testing.T) {
 
 	tests := []struct {
 		name       string
-		s          wire.PrePullSpec
+		s          nodejobwire.PrePullSpec
 		failGets   int32
 		wantPhase  string
 		wantOK     []bool   // per image
@@ -165,28 +164,28 @@ func TestPrePull(t *testing.T) {
 		wantStored []string
 		wantGets   int32 // manifest GETs on open, when > 0
 	}{
-		{name: "two images", s: wire.PrePullSpec{Images: []string{a, b}},
-			wantPhase: wire.PhaseSucceeded, wantOK: []bool{true, true}, wantReason: []string{"pulled 2 images"}, wantStored: []string{a, b}},
-		{name: "a missing image fails the pull, not the others", s: wire.PrePullSpec{Images: []string{a, open.host + "/app/missing:v1"}, RetryTimes: 3},
-			wantPhase: wire.PhaseFailed, wantOK: []bool{true, false},
+		{name: "two images", s: nodejobwire.PrePullSpec{Images: []string{a, b}},
+			wantPhase: nodejobwire.PhaseSucceeded, wantOK: []bool{true, true}, wantReason: []string{"pulled 2 images"}, wantStored: []string{a, b}},
+		{name: "a missing image fails the pull, not the others", s: nodejobwire.PrePullSpec{Images: []string{a, open.host + "/app/missing:v1"}, RetryTimes: 3},
+			wantPhase: nodejobwire.PhaseFailed, wantOK: []bool{true, false},
 			wantReason: []string{"1 of 2 images failed: " + open.host + "/app/missing:v1: not found"}, wantStored: []string{a},
 			wantGets: 2}, // the missing image is not retried
-		{name: "credentials from the spec", s: wire.PrePullSpec{Images: []string{c},
-			Auth: map[string]wire.Credential{locked.host: {Username: "alice", Password: "s3cret"}}},
-			wantPhase: wire.PhaseSucceeded, wantOK: []bool{true}, wantStored: []string{c}},
-		{name: "a wrong password", s: wire.PrePullSpec{Images: []string{c}, RetryTimes: 2,
-			Auth: map[string]wire.Credential{locked.host: {Username: "alice", Password: "wrong"}}},
-			wantPhase: wire.PhaseFailed, wantOK: []bool{false},
+		{name: "credentials from the spec", s: nodejobwire.PrePullSpec{Images: []string{c},
+			Auth: map[string]nodejobwire.Credential{locked.host: {Username: "alice", Password: "s3cret"}}},
+			wantPhase: nodejobwire.PhaseSucceeded, wantOK: []bool{true}, wantStored: []string{c}},
+		{name: "a wrong password", s: nodejobwire.PrePullSpec{Images: []string{c}, RetryTimes: 2,
+			Auth: map[string]nodejobwire.Credential{locked.host: {Username: "alice", Password: "wrong"}}},
+			wantPhase: nodejobwire.PhaseFailed, wantOK: []bool{false},
 			wantReason: []string{"registry " + locked.host + ` refused the credentials of user "alice" (401 Unauthorized)`}},
-		{name: "no credentials", s: wire.PrePullSpec{Images: []string{c}},
-			wantPhase: wire.PhaseFailed, wantOK: []bool{false},
+		{name: "no credentials", s: nodejobwire.PrePullSpec{Images: []string{c}},
+			wantPhase: nodejobwire.PhaseFailed, wantOK: []bool{false},
 			wantReason: []string{"registry " + locked.host + " requires credentials (401 Unauthorized); the job gives none for it"}},
-		{name: "retries outlast a flaky registry", s: wire.PrePullSpec{Images: []string{a}, RetryTimes: 2}, failGets: 2,
-			wantPhase: wire.PhaseSucceeded, wantOK: []bool{true}, wantStored: []string{a}, wantGets: 3},
-		{name: "too few retries", s: wire.PrePullSpec{Images: []string{a}, RetryTimes: 1}, failGets: 2,
-			wantPhase: wire.PhaseFailed, wantOK: []bool{false}, wantReason: []string{"503 Service Unavailable", "(after 2 attempts)"}, wantGets: 2},
-		{name: "an invalid spec", s: wire.PrePullSpec{Images: []string{"a;b"}},
-			wantPhase: wire.PhaseFailed, wantReason: []string{"invalid spec: pre-pull spec: image \"a;b\""}},
+		{name: "retries outlast a flaky registry", s: nodejobwire.PrePullSpec{Images: []string{a}, RetryTimes: 2}, failGets: 2,
+			wantPhase: nodejobwire.PhaseSucceeded, wantOK: []bool{true}, wantStored: []string{a}, wantGets: 3},
+		{name: "too few retries", s: nodejobwire.PrePullSpec{Images: []string{a}, RetryTimes: 1}, failGets: 2,
+			wantPhase: nodejobwire.PhaseFailed, wantOK: []bool{false}, wantReason: []string{"503 Service Unavailable", "(after 2 attempts)"}, wantGets: 2},
+		{name: "an invalid spec", s: nodejobwire.PrePullSpec{Images: []string{"a;b"}},
+			wantPhase: nodejobwire.PhaseFailed, wantReason: []string{"invalid spec: pre-pull spec: image \"a;b\""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,16 +210,16 @@ func TestPrePull(t *testing.T) {
 				}
 			}
 			if tt.wantOK == nil { // the Check failed
-				if len(rec.list) != 1 || rec.list[0].rep.Action != flow.Check || rec.list[0].rep.Success {
+				if len(rec.list) != 1 || rec.list[0].rep.Action != nodejobwire.Check || rec.list[0].rep.Success {
 					t.Errorf("reports = %+v, want one failed Check", rec.list)
 				}
 				return
 			}
-			if len(rec.list) != 2 || rec.list[0].rep.Action != flow.Check || !rec.list[0].rep.Success || rec.list[0].phase != wire.PhaseRunning {
+			if len(rec.list) != 2 || rec.list[0].rep.Action != nodejobwire.Check || !rec.list[0].rep.Success || rec.list[0].phase != nodejobwire.PhaseRunning {
 				t.Fatalf("reports = %+v, want Check succeeded (Running) then Pull", rec.list)
 			}
 			pull := rec.list[1]
-			if pull.rep.Action != flow.Pull || pull.phase != tt.wantPhase || pull.rep.Success != (tt.wantPhase == wire.PhaseSucceeded) {
+			if pull.rep.Action != nodejobwire.Pull || pull.phase != tt.wantPhase || pull.rep.Success != (tt.wantPhase == nodejobwire.PhaseSucceeded) {
 				t.Errorf("Pull report = %s %+v, want phase %s", pull.phase, pull.rep, tt.wantPhase)
 			}
 			if len(pull.rep.Images) != len(tt.wantOK) {
@@ -249,12 +248,12 @@ func TestRunAgainRepeatsNothing(t *testing.T) {
 	a := g.push(t, "app/a")
 	r := newRunner(t)
 	var rec recorder
-	spec := specJSON(t, wire.PrePullSpec{Images: []string{a}})
-	if phase, _ := r.Run(ctx, "uid", spec, rec.report); phase != wire.PhaseSucceeded {
+	spec := specJSON(t, nodejobwire.PrePullSpec{Images: []string{a}})
+	if phase, _ := r.Run(ctx, "uid", spec, rec.report); phase != nodejobwire.PhaseSucceeded {
 		t.Fatalf("Run() = %s, want Succeeded", phase)
 	}
 	g.gets.Store(0)
-	if phase, reason := r.Run(ctx, "uid", spec, rec.report); phase != wire.PhaseSucceeded || reason != "pulled 1 images" {
+	if phase, reason := r.Run(ctx, "uid", spec, rec.report); phase != nodejobwire.PhaseSucceeded || reason != "pulled 1 images" {
 		t.Fatalf("second Run() = %s, %q; want Succeeded", phase, reason)
 	}
 	if n := g.gets.Load(); n != 0 || len(rec.list) != 2 {
@@ -263,19 +262,19 @@ func TestRunAgainRepeatsNothing(t *testing.T) {
 
 	// An interrupted Pull (Running in the DB) runs again; the layout keeps
 	// one entry for the image.
-	if err := r.DB.SetAction(ctx, store.Action{UID: "uid2", Action: flow.Check, State: store.ActionSucceeded, Reported: true}); err != nil {
+	if err := r.DB.SetAction(ctx, store.Action{UID: "uid2", Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.DB.SetAction(ctx, store.Action{UID: "uid2", Action: flow.Pull, State: store.ActionRunning}); err != nil {
+	if err := r.DB.SetAction(ctx, store.Action{UID: "uid2", Action: nodejobwire.Pull, State: store.ActionRunning}); err != nil {
 		t.Fatal(err)
 	}
-	if phase, _ := r.Run(ctx, "uid2", spec, rec.report); phase != wire.PhaseSucceeded {
+	if phase, _ := r.Run(ctx, "uid2", spec, rec.report); phase != nodejobwire.PhaseSucceeded {
 		t.Fatalf("Run() after an interrupted Pull = %s, want Succeeded", phase)
 	}
 	if got := stored(t, r.StoreDir); len(got) != 1 {
 		t.Errorf("image store holds %q, want the image once", got)
 	}
-	if len(rec.list) != 3 || rec.list[2].rep.Action != flow.Pull {
+	if len(rec.list) != 3 || rec.list[2].rep.Action != nodejobwire.Pull {
 		t.Errorf("reports = %+v, want only the resumed Pull added", rec.list)
 	}
 }

@@ -12,13 +12,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 // For returns the authenticator for ref from creds (keyed by registry host,
 // as the hub sends them), and the user name it logs in as ("" when
 // anonymous).
-func For(creds map[string]wire.Credential, ref name.Reference) (authn.Authenticator, string) {
+func For(creds map[string]nodejobwire.Credential, ref name.Reference) (authn.Authenticator, string) {
 	c, ok := creds[ref.Context().RegistryStr()]
 	if !ok {
 		return authn.Anonymous, ""

@@ -12,13 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // fetchArtifacts downloads each artifact into dir and checks its digest.
 // Files are written through an os.Root, which refuses a path that leaves
 // dir, by ".." or through a symlink.
-func (d *Driver) fetchArtifacts(ctx context.Context, dir string, arts []wire.Artifact) error {
+func (d *Driver) fetchArtifacts(ctx context.Context, dir string, arts []taskwire.Artifact) error {
 	if len(arts) == 0 {
 		return nil
 	}
@@ -35,7 +35,7 @@ func (d *Driver) fetchArtifacts(ctx context.Context, dir string, arts []wire.Art
 	return nil
 }
 
-func (d *Driver) fetch(ctx context.Context, root *os.Root, a wire.Artifact) error {
+func (d *Driver) fetch(ctx context.Context, root *os.Root, a taskwire.Artifact) error {
 	if !filepath.IsLocal(a.Path) {
 		return fmt.Errorf("path %q is not inside the working dir", a.Path)
 	}

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 func TestArtifactSizeLimit(t *testing.T) {
@@ -78,11 +78,11 @@ func TestArtifactSizeLimit(t *testing.T) {
 			wrote.Store(0)
 			id := "task-big-" + strconv.Itoa(i)
 			url := srv.URL + tt.path
-			_, err := d.Prepare(context.Background(), id, &wire.Spec{Command: []string{"true"},
-				Artifacts: []wire.Artifact{{URL: url, SHA256: anySum, Path: "data/model.bin"}}})
+			_, err := d.Prepare(context.Background(), id, &taskwire.Spec{Command: []string{"true"},
+				Artifacts: []taskwire.Artifact{{URL: url, SHA256: anySum, Path: "data/model.bin"}}})
 			var e *Error
-			if !errors.As(err, &e) || e.Reason != wire.ReasonArtifact {
-				t.Fatalf("Prepare = %v, want an %s error", err, wire.ReasonArtifact)
+			if !errors.As(err, &e) || e.Reason != taskwire.ReasonArtifact {
+				t.Fatalf("Prepare = %v, want an %s error", err, taskwire.ReasonArtifact)
 			}
 			for _, say := range []string{url, "1048576 bytes", "1 MiB", "--max-artifact-bytes"} {
 				if !strings.Contains(err.Error(), say) {
@@ -105,8 +105,8 @@ func TestArtifactSizeLimit(t *testing.T) {
 	}
 
 	t.Run("at the limit", func(t *testing.T) {
-		spec := &wire.Spec{Command: []string{"true"},
-			Artifacts: []wire.Artifact{{URL: srv.URL + "/at-limit", SHA256: hex.EncodeToString(sumAt[:]), Path: "model.bin"}}}
+		spec := &taskwire.Spec{Command: []string{"true"},
+			Artifacts: []taskwire.Artifact{{URL: srv.URL + "/at-limit", SHA256: hex.EncodeToString(sumAt[:]), Path: "model.bin"}}}
 		prep, err := d.Prepare(context.Background(), "task-big-ok", spec)
 		if err != nil {
 			t.Fatalf("Prepare: %v", err)

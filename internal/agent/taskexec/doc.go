@@ -1,6 +1,6 @@
 // Package taskexec is drover-agent's exec driver for tasks (batch.drover.io,
 // seed 001): it runs one attempt of a task as a process and tells how it
-// ended, in the terms of the hub-agent contract (internal/task/wire).
+// ended, in the terms of the hub-agent contract (internal/task/taskwire).
 //
 // # What it does
 //

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // Defaults of Options.
@@ -47,7 +47,7 @@ type Options struct {
 	// processes it did not start. Default DefaultPollInterval.
 	PollInterval time.Duration
 	// MaxArtifactBytes is the largest artifact the driver downloads; a
-	// larger one fails the attempt before it starts (wire.ReasonArtifact),
+	// larger one fails the attempt before it starts (taskwire.ReasonArtifact),
 	// checked while downloading, and its partial file is removed. Default
 	// DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
@@ -83,17 +83,17 @@ type Info struct {
 	LogDir string `json:"logDir"`
 }
 
-// Result is how an attempt ended: Phase one of wire.PhaseSucceeded,
-// PhaseFailed or PhaseCancelled, Reason a wire.Reason* (empty on success),
+// Result is how an attempt ended: Phase one of taskwire.PhaseSucceeded,
+// PhaseFailed or PhaseCancelled, Reason a taskwire.Reason* (empty on success),
 // and the Report to send with it.
 type Result struct {
-	Phase  string      `json:"phase"`
-	Reason string      `json:"reason,omitempty"`
-	Report wire.Report `json:"report"`
+	Phase  string          `json:"phase"`
+	Reason string          `json:"reason,omitempty"`
+	Report taskwire.Report `json:"report"`
 }
 
-// Error is why an attempt could not start; Reason is wire.ReasonArtifact or
-// wire.ReasonStartError.
+// Error is why an attempt could not start; Reason is taskwire.ReasonArtifact or
+// taskwire.ReasonStartError.
 type Error struct {
 	Reason string
 	Err    error
@@ -218,7 +218,7 @@ var workIDRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$`)
 type Prepared struct {
 	d              *Driver
 	id             string
-	spec           *wire.Spec
+	spec           *taskwire.Spec
 	started        bool // Start took it over; guarded by d.mu
 	released       bool // Close or Start ran; guarded by d.mu
 	path, dir      string
@@ -229,9 +229,9 @@ type Prepared struct {
 
 // Prepare checks spec, creates the attempt's directories and log files and
 // fetches its artifacts. Its error is an *Error. ctx bounds the fetches.
-func (d *Driver) Prepare(ctx context.Context, id string, spec *wire.Spec) (*Prepared, error) {
+func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*Prepared, error) {
 	startErr := func(format string, args ...any) error {
-		return &Error{Reason: wire.ReasonStartError, Err: fmt.Errorf(format, args...)}
+		return &Error{Reason: taskwire.ReasonStartError, Err: fmt.Errorf(format, args...)}
 	}
 	if !workIDRE.MatchString(id) {
 		return nil, startErr("work id %q cannot name a directory", id)
@@ -266,7 +266,7 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *wire.Spec) (*Prep
 		return nil, startErr("create working dir %s: %w", p.dir, err)
 	}
 	if err := d.fetchArtifacts(ctx, p.dir, spec.Artifacts); err != nil {
-		return nil, &Error{Reason: wire.ReasonArtifact, Err: err}
+		return nil, &Error{Reason: taskwire.ReasonArtifact, Err: err}
 	}
 	p.env = taskEnv(spec)
 	var err error
@@ -325,7 +325,7 @@ func openLog(name string) (*os.File, error) {
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // taskEnv is the minimal environment plus the spec's (later entries win).
-func taskEnv(spec *wire.Spec) []string {
+func taskEnv(spec *taskwire.Spec) []string {
 	path, home := os.Getenv("PATH"), os.Getenv("HOME")
 	if path == "" {
 		path = defaultPath
@@ -416,10 +416,10 @@ func (p *Prepared) Start() (*Proc, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, &Error{Reason: wire.ReasonStartError, Err: errors.New("the driver is closed")}
+		return nil, &Error{Reason: taskwire.ReasonStartError, Err: errors.New("the driver is closed")}
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, &Error{Reason: wire.ReasonStartError, Err: fmt.Errorf("start %s: %w", p.spec.Command[0], err)}
+		return nil, &Error{Reason: taskwire.ReasonStartError, Err: fmt.Errorf("start %s: %w", p.spec.Command[0], err)}
 	}
 	now := time.Now()
 	pid := cmd.Process.Pid
@@ -445,15 +445,15 @@ func (p *Prepared) Start() (*Proc, error) {
 
 // Adopt watches again an attempt started before a restart (its Info was
 // persisted). A process that is gone, or whose pid now belongs to another
-// process, gives a Proc already done, Failed with reason wire.ReasonLost.
-func (d *Driver) Adopt(id string, spec *wire.Spec, info Info) *Proc {
+// process, gives a Proc already done, Failed with reason taskwire.ReasonLost.
+func (d *Driver) Adopt(id string, spec *taskwire.Spec, info Info) *Proc {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	proc := d.newProc(id, spec, info, false)
 	st, err := readStat(info.PID)
 	if err != nil || st.startTicks != info.StartTicks || info.PID <= 0 {
 		d.markEnded(id)
-		proc.finish(Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: proc.report(
+		proc.finish(Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonLost, Report: proc.report(
 			"the agent restarted while the task ran; its result is unknown (its process is gone)", nil)})
 		return proc
 	}
@@ -462,7 +462,7 @@ func (d *Driver) Adopt(id string, spec *wire.Spec, info Info) *Proc {
 	proc.child = isChild(info.PID)
 	proc.pgid = st.pgid
 	if d.closed {
-		proc.finish(Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: proc.report("the driver is closed", nil)})
+		proc.finish(Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonLost, Report: proc.report("the driver is closed", nil)})
 		return proc
 	}
 	d.procs[proc] = struct{}{}
@@ -471,7 +471,7 @@ func (d *Driver) Adopt(id string, spec *wire.Spec, info Info) *Proc {
 	return proc
 }
 
-func (d *Driver) newProc(id string, spec *wire.Spec, info Info, child bool) *Proc {
+func (d *Driver) newProc(id string, spec *taskwire.Spec, info Info, child bool) *Proc {
 	kt := DefaultKillTimeout
 	if spec.KillTimeoutSeconds > 0 {
 		kt = time.Duration(spec.KillTimeoutSeconds) * time.Second
@@ -500,7 +500,7 @@ type Proc struct {
 	// Owned by the monitor.
 	termAt    time.Time // SIGTERM sent
 	killed    bool      // SIGKILL sent
-	cause     string    // why it is being stopped: wire.ReasonTimeout or wire.ReasonCancelled
+	cause     string    // why it is being stopped: taskwire.ReasonTimeout or taskwire.ReasonCancelled
 	nextCheck time.Time // of the logs, and of a non-child's liveness
 
 	// Guarded by d.mu.
@@ -567,13 +567,13 @@ func (p *Proc) finish(r Result) {
 }
 
 // report is the end report of p with message and exit code.
-func (p *Proc) report(msg string, code *int32) wire.Report {
-	return wire.Report{
+func (p *Proc) report(msg string, code *int32) taskwire.Report {
+	return taskwire.Report{
 		PID:        p.info.PID,
 		ExitCode:   code,
 		StartTime:  p.info.StartTime.UTC().Format(time.RFC3339Nano),
 		FinishTime: time.Now().UTC().Format(time.RFC3339Nano),
 		Message:    msg,
-		OutputTail: outputTail(p.info.LogDir, wire.MaxTailBytes),
+		OutputTail: outputTail(p.info.LogDir, taskwire.MaxTailBytes),
 	}
 }

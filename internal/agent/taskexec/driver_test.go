@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // testTimeout bounds every wait in this package's tests.
@@ -37,7 +37,7 @@ func newDriver(t *testing.T, opts Options) *Driver {
 }
 
 // start prepares and starts id.
-func start(t *testing.T, d *Driver, id string, spec *wire.Spec) *Proc {
+func start(t *testing.T, d *Driver, id string, spec *taskwire.Spec) *Proc {
 	t.Helper()
 	prep, err := d.Prepare(context.Background(), id, spec)
 	if err != nil {
@@ -62,7 +62,7 @@ func wait(t *testing.T, p *Proc) Result {
 	}
 }
 
-func run(t *testing.T, d *Driver, id string, spec *wire.Spec) Result {
+func run(t *testing.T, d *Driver, id string, spec *taskwire.Spec) Result {
 	t.Helper()
 	return wait(t, start(t, d, id, spec))
 }
@@ -77,8 +77,8 @@ func exitCode(r Result) string {
 func TestArgvIsLiteral(t *testing.T) {
 	d := newDriver(t, Options{})
 	args := []string{"$(id)", "a;b", "`x`", "*", "$HOME", "'q'"}
-	r := run(t, d, "task-u-1", &wire.Spec{Command: append([]string{"echo"}, args...)})
-	if r.Phase != wire.PhaseSucceeded || exitCode(r) != "0" {
+	r := run(t, d, "task-u-1", &taskwire.Spec{Command: append([]string{"echo"}, args...)})
+	if r.Phase != taskwire.PhaseSucceeded || exitCode(r) != "0" {
 		t.Fatalf("result %+v, want Succeeded with exit code 0", r)
 	}
 	want := strings.Join(args, " ") + "\n"
@@ -97,10 +97,10 @@ func TestArgvIsLiteral(t *testing.T) {
 func TestEnvAndWorkingDir(t *testing.T) {
 	t.Setenv("DROVER_AGENT_SECRET", "must-not-leak")
 	d := newDriver(t, Options{})
-	spec := &wire.Spec{Namespace: "ns1", Name: "t1", Attempt: 3,
+	spec := &taskwire.Spec{Namespace: "ns1", Name: "t1", Attempt: 3,
 		Command: []string{"sh", "-c", "pwd; env"}, Env: []string{"FOO=bar baz", "DROVER_TASK_NAME=override"}}
 	r := run(t, d, "task-env-3", spec)
-	if r.Phase != wire.PhaseSucceeded {
+	if r.Phase != taskwire.PhaseSucceeded {
 		t.Fatalf("result %+v", r)
 	}
 	lines := strings.Split(strings.TrimSpace(r.Report.OutputTail), "\n")
@@ -123,7 +123,7 @@ func TestEnvAndWorkingDir(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	spec = &wire.Spec{Command: []string{"pwd"}, WorkingDir: dir}
+	spec = &taskwire.Spec{Command: []string{"pwd"}, WorkingDir: dir}
 	if r := run(t, d, "task-dir-1", spec); r.Report.OutputTail != dir+"\n" {
 		t.Errorf("working dir %q, want the spec's %q", r.Report.OutputTail, dir)
 	}
@@ -137,33 +137,33 @@ func TestEnds(t *testing.T) {
 		phase, reason, code string
 		message             string
 	}{
-		{"success", []string{"true"}, wire.PhaseSucceeded, "", "0", ""},
-		{"exit code", []string{"sh", "-c", "echo oops >&2; exit 3"}, wire.PhaseFailed, wire.ReasonExitCode, "3", "exited with code 3"},
-		{"signal", []string{"sh", "-c", "kill -USR1 $$"}, wire.PhaseFailed, wire.ReasonSignal, "138", "SIGUSR1"},
+		{"success", []string{"true"}, taskwire.PhaseSucceeded, "", "0", ""},
+		{"exit code", []string{"sh", "-c", "echo oops >&2; exit 3"}, taskwire.PhaseFailed, taskwire.ReasonExitCode, "3", "exited with code 3"},
+		{"signal", []string{"sh", "-c", "kill -USR1 $$"}, taskwire.PhaseFailed, taskwire.ReasonSignal, "138", "SIGUSR1"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := run(t, d, "task-end-"+strconv.Itoa(i+1), &wire.Spec{Command: tt.cmd})
+			r := run(t, d, "task-end-"+strconv.Itoa(i+1), &taskwire.Spec{Command: tt.cmd})
 			if r.Phase != tt.phase || r.Reason != tt.reason || exitCode(r) != tt.code || !strings.Contains(r.Report.Message, tt.message) {
 				t.Errorf("result %s/%s code %s %q, want %s/%s code %s %q", r.Phase, r.Reason, exitCode(r), r.Report.Message, tt.phase, tt.reason, tt.code, tt.message)
 			}
 		})
 	}
 	t.Run("stderr is in the tail", func(t *testing.T) {
-		r := run(t, d, "task-tail-1", &wire.Spec{Command: []string{"sh", "-c", "echo out; echo err >&2"}})
+		r := run(t, d, "task-tail-1", &taskwire.Spec{Command: []string{"sh", "-c", "echo out; echo err >&2"}})
 		if r.Report.OutputTail != "out\nerr\n" {
 			t.Errorf("tail %q, want stdout then stderr", r.Report.OutputTail)
 		}
 	})
 	t.Run("unknown command", func(t *testing.T) {
-		_, err := d.Prepare(context.Background(), "task-nope-1", &wire.Spec{Command: []string{"no-such-command-here"}})
+		_, err := d.Prepare(context.Background(), "task-nope-1", &taskwire.Spec{Command: []string{"no-such-command-here"}})
 		var e *Error
-		if !errors.As(err, &e) || e.Reason != wire.ReasonStartError || !strings.Contains(err.Error(), "not found") {
+		if !errors.As(err, &e) || e.Reason != taskwire.ReasonStartError || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("Prepare = %v, want a StartError saying not found", err)
 		}
 	})
 	t.Run("leftovers in the group are killed", func(t *testing.T) {
-		r := run(t, d, "task-left-1", &wire.Spec{Command: []string{"sh", "-c", "sleep 60 & echo $!"}})
+		r := run(t, d, "task-left-1", &taskwire.Spec{Command: []string{"sh", "-c", "sleep 60 & echo $!"}})
 		pid, err := strconv.Atoi(strings.TrimSpace(r.Report.OutputTail))
 		if err != nil {
 			t.Fatalf("tail %q: %v", r.Report.OutputTail, err)
@@ -200,11 +200,11 @@ func TestTimeout(t *testing.T) {
 	}
 	procs := make([]*Proc, len(tests))
 	for i, tt := range tests {
-		procs[i] = start(t, d, "task-timeout-"+strconv.Itoa(i+1), &wire.Spec{Command: tt.cmd, TimeoutSeconds: 2, KillTimeoutSeconds: 1})
+		procs[i] = start(t, d, "task-timeout-"+strconv.Itoa(i+1), &taskwire.Spec{Command: tt.cmd, TimeoutSeconds: 2, KillTimeoutSeconds: 1})
 	}
 	for i, tt := range tests {
 		r := wait(t, procs[i])
-		if r.Phase != wire.PhaseFailed || r.Reason != wire.ReasonTimeout || exitCode(r) != tt.code {
+		if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonTimeout || exitCode(r) != tt.code {
 			t.Errorf("%s: %s/%s code %s (%s), want Failed/timeout code %s", tt.name, r.Phase, r.Reason, exitCode(r), r.Report.Message, tt.code)
 		}
 	}
@@ -212,10 +212,10 @@ func TestTimeout(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	d := newDriver(t, Options{})
-	p := start(t, d, "task-cancel-1", &wire.Spec{Command: []string{"sleep", "60"}})
+	p := start(t, d, "task-cancel-1", &taskwire.Spec{Command: []string{"sleep", "60"}})
 	p.Cancel()
 	r := wait(t, p)
-	if r.Phase != wire.PhaseCancelled || r.Reason != wire.ReasonCancelled || exitCode(r) != "143" {
+	if r.Phase != taskwire.PhaseCancelled || r.Reason != taskwire.ReasonCancelled || exitCode(r) != "143" {
 		t.Errorf("result %s/%s code %s, want Cancelled/Cancelled code 143", r.Phase, r.Reason, exitCode(r))
 	}
 }
@@ -229,7 +229,7 @@ func TestOneGoroutineForAllProcesses(t *testing.T) {
 	d := newDriver(t, Options{})
 	procs := make([]*Proc, n)
 	for i := range procs {
-		procs[i] = start(t, d, "task-many-"+strconv.Itoa(i+1), &wire.Spec{Command: []string{"sleep", "3"}})
+		procs[i] = start(t, d, "task-many-"+strconv.Itoa(i+1), &taskwire.Spec{Command: []string{"sleep", "3"}})
 	}
 	during := runtime.NumGoroutine()
 	running := 0
@@ -245,7 +245,7 @@ func TestOneGoroutineForAllProcesses(t *testing.T) {
 		t.Errorf("goroutines grew by %d with %d tasks, want at most %d", during-before, n, constant)
 	}
 	for _, p := range procs {
-		if r := wait(t, p); r.Phase != wire.PhaseSucceeded {
+		if r := wait(t, p); r.Phase != taskwire.PhaseSucceeded {
 			t.Errorf("task %s: %+v", p.id, r)
 		}
 	}
@@ -257,8 +257,8 @@ func TestRotation(t *testing.T) {
 	log := filepath.Join(d.TaskDir("task-rot-1"), StdoutFile)
 	// Write 100 KiB, wait for the monitor to rotate, then write the end.
 	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; while [ ! -e "$LOG.1" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
-	r := run(t, d, "task-rot-1", &wire.Spec{Command: []string{"sh", "-c", script}, Env: []string{"LOG=" + log}})
-	if r.Phase != wire.PhaseSucceeded {
+	r := run(t, d, "task-rot-1", &taskwire.Spec{Command: []string{"sh", "-c", script}, Env: []string{"LOG=" + log}})
+	if r.Phase != taskwire.PhaseSucceeded {
 		t.Fatalf("result %+v", r)
 	}
 	old, err := os.ReadFile(log + ".1")
@@ -282,8 +282,8 @@ func TestRotation(t *testing.T) {
 	if !strings.HasSuffix(string(cur), "END\n") || len(cur) >= limit || strings.ContainsRune(string(cur), 0) {
 		t.Errorf("stdout.log has %d bytes ending %q, want the end of the output, under %d bytes, no zeros", len(cur), cur[max(0, len(cur)-8):], limit)
 	}
-	if !strings.HasSuffix(r.Report.OutputTail, "END\n") || len(r.Report.OutputTail) != wire.MaxTailBytes {
-		t.Errorf("tail of %d bytes ending %q, want %d ending END", len(r.Report.OutputTail), r.Report.OutputTail[max(0, len(r.Report.OutputTail)-8):], wire.MaxTailBytes)
+	if !strings.HasSuffix(r.Report.OutputTail, "END\n") || len(r.Report.OutputTail) != taskwire.MaxTailBytes {
+		t.Errorf("tail of %d bytes ending %q, want %d ending END", len(r.Report.OutputTail), r.Report.OutputTail[max(0, len(r.Report.OutputTail)-8):], taskwire.MaxTailBytes)
 	}
 }
 
@@ -331,9 +331,9 @@ func TestArtifacts(t *testing.T) {
 	d := newDriver(t, Options{})
 
 	t.Run("fetched, checked and executable", func(t *testing.T) {
-		spec := &wire.Spec{Command: []string{"./bin/tool", "x y"}, Artifacts: []wire.Artifact{{URL: srv.URL + "/tool", SHA256: good, Path: "bin/tool", Executable: true}}}
+		spec := &taskwire.Spec{Command: []string{"./bin/tool", "x y"}, Artifacts: []taskwire.Artifact{{URL: srv.URL + "/tool", SHA256: good, Path: "bin/tool", Executable: true}}}
 		r := run(t, d, "task-art-1", spec)
-		if r.Phase != wire.PhaseSucceeded || r.Report.OutputTail != "tool ran with x y\n" {
+		if r.Phase != taskwire.PhaseSucceeded || r.Report.OutputTail != "tool ran with x y\n" {
 			t.Fatalf("result %+v", r)
 		}
 		fi, err := os.Stat(filepath.Join(d.TaskDir("task-art-1"), "work", "bin", "tool"))
@@ -343,17 +343,17 @@ func TestArtifacts(t *testing.T) {
 	})
 	failing := []struct {
 		name, id string
-		art      wire.Artifact
+		art      taskwire.Artifact
 		reason   string
 		say      string
 	}{
-		{"wrong digest", "task-art-2", wire.Artifact{URL: srv.URL + "/tool", SHA256: bad, Path: "tool"}, wire.ReasonArtifact, "sha256"},
-		{"not found", "task-art-3", wire.Artifact{URL: srv.URL + "/nope", SHA256: good, Path: "tool"}, wire.ReasonArtifact, "404"},
-		{"climbing path", "task-art-4", wire.Artifact{URL: srv.URL + "/tool", SHA256: good, Path: "../tool"}, wire.ReasonStartError, "path"},
+		{"wrong digest", "task-art-2", taskwire.Artifact{URL: srv.URL + "/tool", SHA256: bad, Path: "tool"}, taskwire.ReasonArtifact, "sha256"},
+		{"not found", "task-art-3", taskwire.Artifact{URL: srv.URL + "/nope", SHA256: good, Path: "tool"}, taskwire.ReasonArtifact, "404"},
+		{"climbing path", "task-art-4", taskwire.Artifact{URL: srv.URL + "/tool", SHA256: good, Path: "../tool"}, taskwire.ReasonStartError, "path"},
 	}
 	for _, tt := range failing {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := d.Prepare(context.Background(), tt.id, &wire.Spec{Command: []string{"true"}, Artifacts: []wire.Artifact{tt.art}})
+			_, err := d.Prepare(context.Background(), tt.id, &taskwire.Spec{Command: []string{"true"}, Artifacts: []taskwire.Artifact{tt.art}})
 			var e *Error
 			if !errors.As(err, &e) || e.Reason != tt.reason || !strings.Contains(err.Error(), tt.say) {
 				t.Fatalf("Prepare = %v, want a %s error saying %q", err, tt.reason, tt.say)
@@ -368,10 +368,10 @@ func TestArtifacts(t *testing.T) {
 		if err := os.Symlink(outside, filepath.Join(work, "out")); err != nil {
 			t.Fatal(err)
 		}
-		spec := &wire.Spec{Command: []string{"true"}, WorkingDir: work, Artifacts: []wire.Artifact{{URL: srv.URL + "/tool", SHA256: good, Path: "out/tool"}}}
+		spec := &taskwire.Spec{Command: []string{"true"}, WorkingDir: work, Artifacts: []taskwire.Artifact{{URL: srv.URL + "/tool", SHA256: good, Path: "out/tool"}}}
 		_, err := d.Prepare(context.Background(), "task-art-5", spec)
 		var e *Error
-		if !errors.As(err, &e) || e.Reason != wire.ReasonArtifact {
+		if !errors.As(err, &e) || e.Reason != taskwire.ReasonArtifact {
 			t.Fatalf("Prepare = %v, want an ArtifactError", err)
 		}
 		if entries, _ := os.ReadDir(outside); len(entries) != 0 {
@@ -427,7 +427,7 @@ func killGroup(pid int) error {
 
 func TestAdopt(t *testing.T) {
 	d := newDriver(t, Options{PollInterval: 20 * time.Millisecond})
-	spec := &wire.Spec{Command: []string{"sleep"}, KillTimeoutSeconds: 1}
+	spec := &taskwire.Spec{Command: []string{"sleep"}, KillTimeoutSeconds: 1}
 
 	t.Run("a process that is not a child ends: its exit code is unknown", func(t *testing.T) {
 		info := orphan(t, "sleep", "1")
@@ -436,15 +436,15 @@ func TestAdopt(t *testing.T) {
 			t.Fatal("the orphan was taken for a child")
 		}
 		r := wait(t, p)
-		if r.Phase != wire.PhaseFailed || r.Reason != wire.ReasonLost || r.Report.ExitCode != nil || !strings.Contains(r.Report.Message, "exit code is unknown") {
-			t.Errorf("result %+v, want Failed/%s without an exit code, saying it is unknown", r, wire.ReasonLost)
+		if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonLost || r.Report.ExitCode != nil || !strings.Contains(r.Report.Message, "exit code is unknown") {
+			t.Errorf("result %+v, want Failed/%s without an exit code, saying it is unknown", r, taskwire.ReasonLost)
 		}
 	})
 	t.Run("a timeout still applies", func(t *testing.T) {
 		info := orphan(t, "sleep", "60")
 		info.Deadline = time.Now()
 		r := wait(t, d.Adopt("task-adopt-2", spec, info))
-		if r.Phase != wire.PhaseFailed || r.Reason != wire.ReasonTimeout || exitCode(r) != "143" {
+		if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonTimeout || exitCode(r) != "143" {
 			t.Errorf("result %s/%s code %s, want Failed/timeout 143", r.Phase, r.Reason, exitCode(r))
 		}
 		waitGone(t, info.PID)
@@ -456,7 +456,7 @@ func TestAdopt(t *testing.T) {
 		p := d.Adopt("task-adopt-3", spec, info)
 		p.Cancel()
 		r := wait(t, p)
-		if r.Phase != wire.PhaseCancelled || exitCode(r) != "137" {
+		if r.Phase != taskwire.PhaseCancelled || exitCode(r) != "137" {
 			t.Errorf("result %s/%s code %s, want Cancelled 137", r.Phase, r.Reason, exitCode(r))
 		}
 		waitGone(t, info.PID)
@@ -466,21 +466,21 @@ func TestAdopt(t *testing.T) {
 		info.StartTicks--
 		p := d.Adopt("task-adopt-4", spec, info)
 		r := wait(t, p)
-		if r.Phase != wire.PhaseFailed || r.Reason != wire.ReasonLost || !strings.Contains(r.Report.Message, "result is unknown") {
-			t.Errorf("result %+v, want Failed/%s", r, wire.ReasonLost)
+		if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonLost || !strings.Contains(r.Report.Message, "result is unknown") {
+			t.Errorf("result %+v, want Failed/%s", r, taskwire.ReasonLost)
 		}
 		if st, err := readStat(info.PID); err != nil || st.state == 'Z' {
 			t.Errorf("the other process with the pid was killed: %v %v", st, err)
 		}
 	})
 	t.Run("a child detached and adopted again keeps its exit code", func(t *testing.T) {
-		p := start(t, d, "task-adopt-5", &wire.Spec{Command: []string{"sh", "-c", "sleep 0.5; echo bye; exit 7"}})
+		p := start(t, d, "task-adopt-5", &taskwire.Spec{Command: []string{"sh", "-c", "sleep 0.5; echo bye; exit 7"}})
 		if !p.Detach() {
 			t.Fatal("Detach: the task already ended")
 		}
 		d2 := newDriver(t, Options{StateDir: d.opts.StateDir})
-		r := wait(t, d2.Adopt("task-adopt-5", &wire.Spec{Command: []string{"sh"}}, p.Info()))
-		if r.Phase != wire.PhaseFailed || r.Reason != wire.ReasonExitCode || exitCode(r) != "7" || r.Report.OutputTail != "bye\n" {
+		r := wait(t, d2.Adopt("task-adopt-5", &taskwire.Spec{Command: []string{"sh"}}, p.Info()))
+		if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonExitCode || exitCode(r) != "7" || r.Report.OutputTail != "bye\n" {
 			t.Errorf("result %+v, want Failed/ExitCode 7 with its output", r)
 		}
 	})

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // An attempt's argv reaches the program as it is: no shell expands it.
@@ -22,8 +22,8 @@ func Example() {
 	}
 	defer d.Close()
 
-	spec := &wire.Spec{Name: "hello", Attempt: 1, Command: []string{"echo", "$HOME", "a;b"}}
-	prep, err := d.Prepare(context.Background(), wire.WorkID("0b0e", 1), spec)
+	spec := &taskwire.Spec{Name: "hello", Attempt: 1, Command: []string{"echo", "$HOME", "a;b"}}
+	prep, err := d.Prepare(context.Background(), taskwire.WorkID("0b0e", 1), spec)
 	if err != nil {
 		panic(err)
 	}

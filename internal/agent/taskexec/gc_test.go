@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -93,15 +93,15 @@ func TestGC(t *testing.T) {
 	}
 
 	// Ended at t0: the retention period is over at t0+1h.
-	run(t, d, "task-old-1", &wire.Spec{Command: []string{"true"}})
+	run(t, d, "task-old-1", &taskwire.Spec{Command: []string{"true"}})
 	ownWork := t.TempDir()
-	run(t, d, "task-own-wd-1", &wire.Spec{Command: []string{"touch", "kept"}, WorkingDir: ownWork})
-	if _, err := d.Prepare(context.Background(), "task-noart-1", &wire.Spec{Command: []string{"true"},
-		Artifacts: []wire.Artifact{{URL: srv.URL + "/x", SHA256: strings.Repeat("0", 64), Path: "x"}}}); err == nil {
+	run(t, d, "task-own-wd-1", &taskwire.Spec{Command: []string{"touch", "kept"}, WorkingDir: ownWork})
+	if _, err := d.Prepare(context.Background(), "task-noart-1", &taskwire.Spec{Command: []string{"true"},
+		Artifacts: []taskwire.Artifact{{URL: srv.URL + "/x", SHA256: strings.Repeat("0", 64), Path: "x"}}}); err == nil {
 		t.Fatal("Prepare with a missing artifact succeeded")
 	}
 	// Runs on, for ever.
-	sleeper := start(t, d, "task-running-1", &wire.Spec{Command: []string{"sleep", "600"}})
+	sleeper := start(t, d, "task-running-1", &taskwire.Spec{Command: []string{"sleep", "600"}})
 	defer func() { sleeper.Cancel(); wait(t, sleeper) }()
 	// Started by an earlier agent process, not adopted yet: no ended mark.
 	if err := os.MkdirAll(filepath.Join(tasks, "task-unmarked-1"), 0o750); err != nil {
@@ -112,7 +112,7 @@ func TestGC(t *testing.T) {
 	}
 	// Ended at t0+50m.
 	clock.Set(t0.Add(50 * time.Minute))
-	run(t, d, "task-young-1", &wire.Spec{Command: []string{"echo", "still wanted"}})
+	run(t, d, "task-young-1", &taskwire.Spec{Command: []string{"echo", "still wanted"}})
 
 	gc(t0.Add(59 * time.Minute))
 	check("t0+59m", map[string]bool{"task-old-1": true, "task-own-wd-1": true, "task-noart-1": true,
@@ -161,7 +161,7 @@ func TestGCSparesAPreparedAttempt(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	clock := &fakeClock{now: t0}
 	d := newDriver(t, Options{Retention: time.Hour, GCInterval: time.Hour, Now: clock.Now})
-	spec := &wire.Spec{Command: []string{"sleep", "600"}}
+	spec := &taskwire.Spec{Command: []string{"sleep", "600"}}
 	prep, err := d.Prepare(context.Background(), "task-again-1", spec)
 	if err != nil {
 		t.Fatal(err)

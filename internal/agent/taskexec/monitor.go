@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/drover-fleet/drover/internal/task/wire"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // monitor is the driver's one goroutine: it wakes on SIGCHLD, on a new or
@@ -79,9 +79,9 @@ func (d *Driver) check(p *Proc, now time.Time) time.Time {
 	if p.termAt.IsZero() {
 		switch {
 		case p.cancel:
-			p.cause = wire.ReasonCancelled
+			p.cause = taskwire.ReasonCancelled
 		case !p.info.Deadline.IsZero() && !now.Before(p.info.Deadline):
-			p.cause = wire.ReasonTimeout
+			p.cause = taskwire.ReasonTimeout
 		}
 		if p.cause != "" {
 			d.log.Info("stopping task", "id", p.id, "pid", p.info.PID, "why", p.cause)
@@ -153,7 +153,7 @@ func (p *Proc) ended() (Result, bool) {
 		}
 		if err != nil {
 			p.d.log.Error("cannot wait for a task process", "id", p.id, "pid", pid, "err", err)
-			return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost,
+			return Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonLost,
 				Report: p.report(fmt.Sprintf("the agent lost track of the process: %v", err), nil)}, true
 		}
 		break
@@ -188,32 +188,32 @@ func (p *Proc) killLeftovers() {
 func (p *Proc) result(ws *syscall.WaitStatus) Result {
 	code := func(c int32) *int32 { return &c }
 	switch p.cause {
-	case wire.ReasonTimeout, wire.ReasonCancelled:
-		phase, what := wire.PhaseFailed, fmt.Sprintf("timeout %s", p.timeout)
-		if p.cause == wire.ReasonCancelled {
-			phase, what = wire.PhaseCancelled, "cancel"
+	case taskwire.ReasonTimeout, taskwire.ReasonCancelled:
+		phase, what := taskwire.PhaseFailed, fmt.Sprintf("timeout %s", p.timeout)
+		if p.cause == taskwire.ReasonCancelled {
+			phase, what = taskwire.PhaseCancelled, "cancel"
 		}
 		if p.killed {
 			return Result{Phase: phase, Reason: p.cause, Report: p.report(
-				fmt.Sprintf("killed (SIGKILL) after %s: still running %s after SIGTERM", what, p.killTimeout), code(wire.ExitSIGKILL))}
+				fmt.Sprintf("killed (SIGKILL) after %s: still running %s after SIGTERM", what, p.killTimeout), code(taskwire.ExitSIGKILL))}
 		}
 		return Result{Phase: phase, Reason: p.cause, Report: p.report(
-			fmt.Sprintf("terminated (SIGTERM) after %s", what), code(wire.ExitSIGTERM))}
+			fmt.Sprintf("terminated (SIGTERM) after %s", what), code(taskwire.ExitSIGTERM))}
 	}
 	switch {
 	case ws == nil:
-		return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: p.report(
+		return Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonLost, Report: p.report(
 			"the agent restarted while the task ran; the process has ended since, but its exit code is unknown "+
 				"(only its parent could learn it, and the new agent process is not its parent)", nil)}
 	case ws.Exited() && ws.ExitStatus() == 0:
-		return Result{Phase: wire.PhaseSucceeded, Report: p.report("", code(0))}
+		return Result{Phase: taskwire.PhaseSucceeded, Report: p.report("", code(0))}
 	case ws.Exited():
 		c := int32(ws.ExitStatus())
-		return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonExitCode, Report: p.report(fmt.Sprintf("exited with code %d", c), &c)}
+		return Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonExitCode, Report: p.report(fmt.Sprintf("exited with code %d", c), &c)}
 	case ws.Signaled():
 		s := ws.Signal()
-		return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonSignal, Report: p.report(
+		return Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonSignal, Report: p.report(
 			fmt.Sprintf("killed by signal %d (%s)", int(s), unix.SignalName(s)), code(128+int32(s)))}
 	}
-	return Result{Phase: wire.PhaseFailed, Reason: wire.ReasonLost, Report: p.report(fmt.Sprintf("unexpected wait status %#x", uint32(*ws)), nil)}
+	return Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonLost, Report: p.report(fmt.Sprintf("unexpected wait status %#x", uint32(*ws)), nil)}
 }

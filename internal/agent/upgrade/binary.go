@@ -22,13 +22,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/drover-fleet/drover/internal/agent/registryauth"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
 // fetch downloads the job's binary to path (created 0755) and checks its
 // sha256: an HTTP(S) URL's body, or an OCI artifact's first layer, which
 // holds the binary either raw or as a tar of one file.
-func (r *Runner) fetch(ctx context.Context, s wire.UpgradeSpec, path string, timeout time.Duration) error {
+func (r *Runner) fetch(ctx context.Context, s nodejobwire.UpgradeSpec, path string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -86,7 +86,7 @@ func (r *Runner) httpGet(ctx context.Context, url string) (io.ReadCloser, error)
 
 // ociLayer opens the binary in ref's first layer, pulled with the
 // credentials creds holds for its registry (anonymous if none).
-func (r *Runner) ociLayer(ctx context.Context, ref string, creds map[string]wire.Credential) (io.ReadCloser, error) {
+func (r *Runner) ociLayer(ctx context.Context, ref string, creds map[string]nodejobwire.Credential) (io.ReadCloser, error) {
 	n, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, err
@@ -283,7 +283,7 @@ func probe(ctx context.Context, path, want string) error {
 		return fmt.Errorf("probe %s: `%s --version`: %v", want, filepath.Base(path), err)
 	}
 	if got := strings.TrimSpace(out.String()); got != want {
-		return fmt.Errorf("probe %s: `%s --version` printed %q", want, filepath.Base(path), wire.Clip(got, 64))
+		return fmt.Errorf("probe %s: `%s --version` printed %q", want, filepath.Base(path), nodejobwire.Clip(got, 64))
 	}
 	return nil
 }

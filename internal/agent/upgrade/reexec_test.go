@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
@@ -38,7 +38,7 @@ func helperMain() int {
 	exe := os.Getenv("EXE")
 	r := &Runner{StateDir: state, Executable: exe, CurrentVersion: oldVersion, DB: db, Args: []string{exe, "--version"}}
 	spec := fmt.Sprintf(`{"job":"j","version":%q,"url":%q,"sha256":%q}`, newVersion, os.Getenv("URL"), os.Getenv("SHA"))
-	phase, reason := r.Run(ctx, "job", []byte(spec), func(context.Context, string, wire.Report) error { return nil })
+	phase, reason := r.Run(ctx, "job", []byte(spec), func(context.Context, string, nodejobwire.Report) error { return nil })
 	fmt.Printf("Run returned: %s %s\n", phase, reason)
 	return 1
 }

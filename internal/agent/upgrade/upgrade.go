@@ -32,8 +32,8 @@
 // its connection loop is started (r.Connected blocks until connected;
 // reporterFor(uid) is the item's Reporter), then
 // records each Result as the item's end. Per work item of type
-// wire.TypeUpgrade it calls r.Run(ctx, w.UID, w.Spec, report); items of
-// type wire.TypeConfirm need a runner that just succeeds (Run finds them in
+// nodejobwire.TypeUpgrade it calls r.Run(ctx, w.UID, w.Spec, report); items of
+// type nodejobwire.TypeConfirm need a runner that just succeeds (Run finds them in
 // the DB by uid while it waits at WaitingConfirmation).
 //
 // # What not
@@ -56,16 +56,15 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/checks"
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
 
 // Reporter sends one action report to the hub (through the agent's durable
-// outbox). phase is the work item's phase after the action: wire.PhaseRunning
-// while the flow goes on, else wire.PhaseSucceeded or wire.PhaseFailed. A nil
+// outbox). phase is the work item's phase after the action: nodejobwire.PhaseRunning
+// while the flow goes on, else nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed. A nil
 // error means the report is durable.
-type Reporter func(ctx context.Context, phase string, r wire.Report) error
+type Reporter func(ctx context.Context, phase string, r nodejobwire.Report) error
 
 // Defaults.
 const (
@@ -117,7 +116,7 @@ type Runner struct {
 	// DefaultConfirmTimeout.
 	ConfirmTimeout time.Duration
 	// Check runs the pre-checks; default checks.Check.
-	Check func(ctx context.Context, c wire.Checks, dir string) error
+	Check func(ctx context.Context, c nodejobwire.Checks, dir string) error
 	// Logger; default discard.
 	Logger *slog.Logger
 	// Now is the clock of reports and deadlines; default time.Now.
@@ -165,7 +164,7 @@ func (r *Runner) setup() error {
 	return nil
 }
 
-// Result is how Run or Resume left a work item: Phase is wire.PhaseRunning
+// Result is how Run or Resume left a work item: Phase is nodejobwire.PhaseRunning
 // when the flow waits (for a confirmation, or for the restart it started),
 // else its end.
 type Result struct {
@@ -222,22 +221,22 @@ func bad(reason string, data []byte) outcome { return outcome{reason: reason, da
 func stop(phase, reason string) outcome      { return outcome{stop: true, phase: phase, reason: reason} }
 
 // Run runs (or resumes) the flow of work item uid with spec (the JSON of a
-// wire.UpgradeSpec) and returns wire.PhaseSucceeded or wire.PhaseFailed
+// nodejobwire.UpgradeSpec) and returns nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed
 // with a reason. At WaitingConfirmation it blocks until the hub's
-// confirmation item (wire.ConfirmUID(uid)) is in the DB, ctx ends or
+// confirmation item (nodejobwire.ConfirmUID(uid)) is in the DB, ctx ends or
 // ConfirmTimeout passes. When it swaps the binary the process is replaced
 // (Exec) and Run does not return; the new process calls Resume. (With a
-// test Exec that returns nil, Run returns wire.PhaseRunning, "restarting".)
+// test Exec that returns nil, Run returns nodejobwire.PhaseRunning, "restarting".)
 //
 // Run is idempotent: called again for the same uid it skips the actions that
 // ended (re-reporting one whose report was lost) and resumes from the first
 // that did not.
 func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Reporter) (phase, reason string) {
 	if err := r.setup(); err != nil {
-		return wire.PhaseFailed, err.Error()
+		return nodejobwire.PhaseFailed, err.Error()
 	}
-	s, err := wire.DecodeUpgrade(spec)
-	f := flow.UpgradeFlow(err == nil && s.RequireConfirmation)
+	s, err := nodejobwire.DecodeUpgrade(spec)
+	f := nodejobwire.UpgradeFlow(err == nil && s.RequireConfirmation)
 	if err != nil {
 		err = fmt.Errorf("invalid spec: %w", err)
 	}
@@ -246,10 +245,10 @@ func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Report
 
 // run walks f for uid. specErr, when set, fails any action that needs the
 // spec (an invalid spec, or none when Resume finishes a flow).
-func (r *Runner) run(ctx context.Context, uid string, f *flow.Flow, s wire.UpgradeSpec, specErr error, report Reporter) (string, string) {
+func (r *Runner) run(ctx context.Context, uid string, f *nodejobwire.Flow, s nodejobwire.UpgradeSpec, specErr error, report Reporter) (string, string) {
 	rows, err := r.DB.Actions(ctx, uid)
 	if err != nil {
-		return wire.PhaseFailed, err.Error()
+		return nodejobwire.PhaseFailed, err.Error()
 	}
 	done := map[string]store.Action{}
 	for _, a := range rows {
@@ -265,7 +264,7 @@ func (r *Runner) run(ctx context.Context, uid string, f *flow.Flow, s wire.Upgra
 				// Before the action: a crash from here on finds it Running.
 				row = store.Action{UID: uid, Action: a.Name, State: store.ActionRunning}
 				if err := r.DB.SetAction(ctx, row); err != nil {
-					return wire.PhaseFailed, err.Error()
+					return nodejobwire.PhaseFailed, err.Error()
 				}
 			}
 			out = r.do(ctx, uid, a.Name, seen, done, s, specErr, report)
@@ -277,7 +276,7 @@ func (r *Runner) run(ctx context.Context, uid string, f *flow.Flow, s wire.Upgra
 				// record no end. The action stays Running, so the next start's
 				// Resume finishes it as after a crash (an Upgrade cut short
 				// before its swap goes to RollBack).
-				return wire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
+				return nodejobwire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
 			}
 			state := store.ActionFailed
 			if out.success {
@@ -287,36 +286,36 @@ func (r *Runner) run(ctx context.Context, uid string, f *flow.Flow, s wire.Upgra
 			// After the action, before its report: a crash from here on
 			// finds it ended and only re-reports it.
 			if err := r.DB.SetAction(context.WithoutCancel(ctx), row); err != nil {
-				return wire.PhaseFailed, err.Error()
+				return nodejobwire.PhaseFailed, err.Error()
 			}
 			done[a.Name] = row
 		}
-		res := flow.After(a, out.success)
-		phase := map[flow.Result]string{flow.Running: wire.PhaseRunning, flow.Succeeded: wire.PhaseSucceeded, flow.Failed: wire.PhaseFailed}[res]
+		res := nodejobwire.After(a, out.success)
+		phase := map[nodejobwire.Result]string{nodejobwire.Running: nodejobwire.PhaseRunning, nodejobwire.Succeeded: nodejobwire.PhaseSucceeded, nodejobwire.Failed: nodejobwire.PhaseFailed}[res]
 		if !row.Reported {
 			if err := report(ctx, phase, r.report(a.Name, out)); err != nil {
-				return wire.PhaseFailed, fmt.Sprintf("report %s: %v", a.Name, err)
+				return nodejobwire.PhaseFailed, fmt.Sprintf("report %s: %v", a.Name, err)
 			}
 			if err := r.DB.MarkActionReported(context.WithoutCancel(ctx), uid, a.Name); err != nil {
-				return wire.PhaseFailed, err.Error()
+				return nodejobwire.PhaseFailed, err.Error()
 			}
 		}
-		if res != flow.Running {
+		if res != nodejobwire.Running {
 			return phase, out.reason
 		}
 		a = a.Next(out.success)
 	}
-	return wire.PhaseFailed, "empty flow" // cannot happen: flows have a first action
+	return nodejobwire.PhaseFailed, "empty flow" // cannot happen: flows have a first action
 }
 
 // report is the wire report of an action's end.
-func (r *Runner) report(action string, out outcome) wire.Report {
-	rep := wire.Report{Action: action, Success: out.success, Reason: out.reason, Time: r.Now()}
+func (r *Runner) report(action string, out outcome) nodejobwire.Report {
+	rep := nodejobwire.Report{Action: action, Success: out.success, Reason: out.reason, Time: r.Now()}
 	p := decodePending(out.data)
 	switch {
-	case action == flow.Upgrade && out.success:
+	case action == nodejobwire.Upgrade && out.success:
 		rep.CurrentVersion, rep.HistoricVersion = p.To, p.From
-	case action == flow.RollBack && out.success:
+	case action == nodejobwire.RollBack && out.success:
 		rep.CurrentVersion, rep.HistoricVersion = p.From, p.To
 	}
 	return rep
@@ -325,10 +324,10 @@ func (r *Runner) report(action string, out outcome) wire.Report {
 // do runs one action. interrupted says it was recorded Running before this
 // call (a restart cut it short, or it waits); done holds the flow's records.
 func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, done map[string]store.Action,
-	s wire.UpgradeSpec, specErr error, report Reporter) outcome {
+	s nodejobwire.UpgradeSpec, specErr error, report Reporter) outcome {
 	row := done[action]
 	switch action {
-	case flow.Check:
+	case nodejobwire.Check:
 		if specErr != nil {
 			return bad(specErr.Error(), nil)
 		}
@@ -337,13 +336,13 @@ func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, d
 		}
 		return ok("checks passed", nil)
 
-	case flow.WaitingConfirmation:
+	case nodejobwire.WaitingConfirmation:
 		if specErr != nil {
 			return bad(specErr.Error(), nil)
 		}
 		return r.waitConfirmation(ctx, uid, s, report)
 
-	case flow.BackUp:
+	case nodejobwire.BackUp:
 		if specErr != nil {
 			return bad(specErr.Error(), nil)
 		}
@@ -354,8 +353,8 @@ func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, d
 		}
 		return ok(fmt.Sprintf("backed up %s to %s", r.CurrentVersion, backup), p.encode())
 
-	case flow.Upgrade:
-		p := decodePending(done[flow.BackUp].Data)
+	case nodejobwire.Upgrade:
+		p := decodePending(done[nodejobwire.BackUp].Data)
 		if interrupted {
 			p = decodePending(row.Data)
 		}
@@ -372,9 +371,9 @@ func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, d
 		}
 		return r.upgrade(ctx, uid, s, p)
 
-	case flow.RollBack:
-		p := decodePending(done[flow.Upgrade].Data)
-		p.Why = done[flow.Upgrade].Reason
+	case nodejobwire.RollBack:
+		p := decodePending(done[nodejobwire.Upgrade].Data)
+		p.Why = done[nodejobwire.Upgrade].Reason
 		if interrupted {
 			if q := decodePending(row.Data); q.Stage == stageRestored {
 				p = q
@@ -386,26 +385,26 @@ func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, d
 }
 
 // waitConfirmation holds the flow until the job is confirmed for this node:
-// the hub dispatches an item with uid wire.ConfirmUID(uid), which the agent
+// the hub dispatches an item with uid nodejobwire.ConfirmUID(uid), which the agent
 // stores while this item runs (or a spec says Confirmed). It polls the DB
 // every ConfirmPoll, for at most ConfirmTimeout.
-func (r *Runner) waitConfirmation(ctx context.Context, uid string, s wire.UpgradeSpec, report Reporter) outcome {
+func (r *Runner) waitConfirmation(ctx context.Context, uid string, s nodejobwire.UpgradeSpec, report Reporter) outcome {
 	confirmed := func() (bool, error) {
 		if s.Confirmed {
 			return true, nil
 		}
-		_, found, err := r.DB.Work(ctx, wire.ConfirmUID(uid))
+		_, found, err := r.DB.Work(ctx, nodejobwire.ConfirmUID(uid))
 		return found, err
 	}
 	if yes, err := confirmed(); err != nil || yes {
 		if err != nil {
-			return stop(wire.PhaseFailed, err.Error())
+			return stop(nodejobwire.PhaseFailed, err.Error())
 		}
 		return ok("confirmed", nil)
 	}
-	rep := wire.Report{Action: flow.WaitingConfirmation, Success: true, Running: true, Reason: "waiting for confirmation", Time: r.Now()}
-	if err := report(ctx, wire.PhaseRunning, rep); err != nil {
-		return stop(wire.PhaseFailed, fmt.Sprintf("report %s: %v", flow.WaitingConfirmation, err))
+	rep := nodejobwire.Report{Action: nodejobwire.WaitingConfirmation, Success: true, Running: true, Reason: "waiting for confirmation", Time: r.Now()}
+	if err := report(ctx, nodejobwire.PhaseRunning, rep); err != nil {
+		return stop(nodejobwire.PhaseFailed, fmt.Sprintf("report %s: %v", nodejobwire.WaitingConfirmation, err))
 	}
 	tick := time.NewTicker(r.ConfirmPoll)
 	defer tick.Stop()
@@ -415,13 +414,13 @@ func (r *Runner) waitConfirmation(ctx context.Context, uid string, s wire.Upgrad
 		select {
 		case <-ctx.Done():
 			// No end recorded: a later Run waits again.
-			return stop(wire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", flow.WaitingConfirmation, context.Cause(ctx)))
+			return stop(nodejobwire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", nodejobwire.WaitingConfirmation, context.Cause(ctx)))
 		case <-limit.C:
 			return bad(fmt.Sprintf("not confirmed within %s", r.ConfirmTimeout), nil)
 		case <-tick.C:
 			yes, err := confirmed()
 			if err != nil && ctx.Err() == nil {
-				return stop(wire.PhaseFailed, err.Error())
+				return stop(nodejobwire.PhaseFailed, err.Error())
 			}
 			if yes {
 				return ok("confirmed", nil)
@@ -432,10 +431,10 @@ func (r *Runner) waitConfirmation(ctx context.Context, uid string, s wire.Upgrad
 
 // upgrade fetches, verifies, probes and swaps in the new binary, then
 // re-execs it.
-func (r *Runner) upgrade(ctx context.Context, uid string, s wire.UpgradeSpec, p pending) outcome {
+func (r *Runner) upgrade(ctx context.Context, uid string, s nodejobwire.UpgradeSpec, p pending) outcome {
 	p.Stage = stageDownload
 	p.Download = filepath.Join(r.StateDir, "download", "drover-agent-"+fileSafe(s.Version))
-	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: flow.Upgrade, State: store.ActionRunning, Data: p.encode()}); err != nil {
+	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()}); err != nil {
 		return bad(err.Error(), p.encode())
 	}
 	timeout := DefaultDownloadTimeout
@@ -453,7 +452,7 @@ func (r *Runner) upgrade(ctx context.Context, uid string, s wire.UpgradeSpec, p 
 	// version running, which confirm treats as a failed upgrade.
 	p.Stage = stageSwapped
 	p.Deadline = r.Now().Add(r.HealthTimeout)
-	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: flow.Upgrade, State: store.ActionRunning, Data: p.encode()}); err != nil {
+	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()}); err != nil {
 		return bad(err.Error(), p.encode())
 	}
 	if err := install(p.Download, r.Executable, 0o755); err != nil {
@@ -468,7 +467,7 @@ func (r *Runner) upgrade(ctx context.Context, uid string, s wire.UpgradeSpec, p 
 		p.Stage = stageDownload // the old binary is back in place
 		return bad(err.Error(), p.encode())
 	}
-	return stop(wire.PhaseRunning, fmt.Sprintf("restarting as %s", p.To))
+	return stop(nodejobwire.PhaseRunning, fmt.Sprintf("restarting as %s", p.To))
 }
 
 // confirm runs in the process started by the swap: Upgrade succeeds once it
@@ -489,7 +488,7 @@ func (r *Runner) confirm(ctx context.Context, uid string, p pending) outcome {
 			_ = os.Remove(p.Download) // installed; the backup stays for a later rollback
 			return ok(fmt.Sprintf("upgraded from %s to %s", p.From, p.To), p.encode())
 		case ctx.Err() != nil:
-			return stop(wire.PhaseRunning, fmt.Sprintf("interrupted while waiting for %s to connect", p.To))
+			return stop(nodejobwire.PhaseRunning, fmt.Sprintf("interrupted while waiting for %s to connect", p.To))
 		default:
 			why = fmt.Sprintf("%s did not connect to a hub within %s: %v", p.To, r.HealthTimeout, err)
 		}
@@ -527,14 +526,14 @@ func (r *Runner) rollBack(ctx context.Context, uid string, p pending) outcome {
 	}
 	// The new binary runs: restart as the old one, whose Resume ends this.
 	p.Stage = stageRestored
-	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: flow.RollBack, State: store.ActionRunning, Data: p.encode()}); err != nil {
+	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: nodejobwire.RollBack, State: store.ActionRunning, Data: p.encode()}); err != nil {
 		return bad(err.Error(), p.encode())
 	}
 	r.Logger.Warn("upgrade: restarting as the old version", "uid", uid, "from", p.To, "to", p.From)
 	if err := r.Exec(p.Executable, r.Args, os.Environ()); err != nil {
 		return bad(fmt.Sprintf("upgrade to %s failed: %s; restored %s but could not start it: %v", p.To, p.Why, p.From, err), p.encode())
 	}
-	return stop(wire.PhaseRunning, fmt.Sprintf("restarting as %s", p.From))
+	return stop(nodejobwire.PhaseRunning, fmt.Sprintf("restarting as %s", p.From))
 }
 
 // Interrupted returns the uids whose upgrade flow a restart interrupted
@@ -548,7 +547,7 @@ func (r *Runner) Interrupted(ctx context.Context) ([]string, error) {
 	var uids []string
 	seen := map[string]bool{}
 	for _, a := range rows {
-		if a.Action == flow.WaitingConfirmation || seen[a.UID] {
+		if a.Action == nodejobwire.WaitingConfirmation || seen[a.UID] {
 			continue
 		}
 		seen[a.UID] = true
@@ -572,7 +571,7 @@ func (r *Runner) isUpgrade(ctx context.Context, uid string) (bool, error) {
 		return false, err
 	}
 	if found {
-		return w.Type == wire.TypeUpgrade, nil
+		return w.Type == nodejobwire.TypeUpgrade, nil
 	}
 	rows, err := r.DB.Actions(ctx, uid)
 	if err != nil {
@@ -580,7 +579,7 @@ func (r *Runner) isUpgrade(ctx context.Context, uid string) (bool, error) {
 	}
 	for _, a := range rows {
 		switch a.Action {
-		case flow.BackUp, flow.Upgrade, flow.RollBack, flow.WaitingConfirmation:
+		case nodejobwire.BackUp, nodejobwire.Upgrade, nodejobwire.RollBack, nodejobwire.WaitingConfirmation:
 			return true, nil
 		}
 	}
@@ -592,7 +591,7 @@ func (r *Runner) isUpgrade(ctx context.Context, uid string) (bool, error) {
 // connected (r.Connected) or rolls back, the old one reports its rollback,
 // and an action cut short by a crash is resumed or fails into RollBack.
 // It may block up to HealthTimeout, and re-exec the process. Results have
-// Phase wire.PhaseRunning when a restart was started (tests only).
+// Phase nodejobwire.PhaseRunning when a restart was started (tests only).
 // reporter gives the Reporter of each uid (a Reporter does not name its item).
 func (r *Runner) Resume(ctx context.Context, reporter func(uid string) Reporter) ([]Result, error) {
 	if err := r.setup(); err != nil {
@@ -606,7 +605,7 @@ func (r *Runner) Resume(ctx context.Context, reporter func(uid string) Reporter)
 	for _, uid := range uids {
 		// No spec here: Check, WaitingConfirmation and BackUp, which need
 		// it, fail if they were the ones interrupted (nothing changed yet).
-		phase, reason := r.run(ctx, uid, flow.UpgradeFlow(false), wire.UpgradeSpec{},
+		phase, reason := r.run(ctx, uid, nodejobwire.UpgradeFlow(false), nodejobwire.UpgradeSpec{},
 			errors.New("the agent restarted during this action"), reporter(uid))
 		results = append(results, Result{UID: uid, Phase: phase, Reason: reason})
 	}

@@ -23,8 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/drover-fleet/drover/internal/nodejob/flow"
-	"github.com/drover-fleet/drover/internal/nodejob/wire"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
@@ -93,7 +92,7 @@ func serve(t *testing.T, files map[string]string) string {
 
 type sent struct {
 	phase string
-	rep   wire.Report
+	rep   nodejobwire.Report
 }
 
 // recorder is a Reporter that keeps what it was sent.
@@ -102,7 +101,7 @@ type recorder struct {
 	list []sent
 }
 
-func (rc *recorder) report(_ context.Context, phase string, r wire.Report) error {
+func (rc *recorder) report(_ context.Context, phase string, r nodejobwire.Report) error {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.list = append(rc.list, sent{phase, r})
@@ -186,7 +185,7 @@ func (n *node) installed() (sha, version string) {
 	return sha, strings.TrimSpace(string(out))
 }
 
-func spec(t *testing.T, s wire.UpgradeSpec) []byte {
+func spec(t *testing.T, s nodejobwire.UpgradeSpec) []byte {
 	t.Helper()
 	if s.Version == "" {
 		s.Version = newVersion
@@ -233,8 +232,8 @@ func TestUpgradeSwapsRestartsAndConfirms(t *testing.T) {
 	url := serve(t, map[string]string{"/drover-agent": new.path})
 	n := newNode(t, old)
 
-	phase, reason := n.runner(oldVersion).Run(ctx, "job-1", spec(t, wire.UpgradeSpec{URL: url + "/drover-agent", SHA256: new.sha}), n.rec.report)
-	if phase != wire.PhaseRunning || reason != "restarting as "+newVersion {
+	phase, reason := n.runner(oldVersion).Run(ctx, "job-1", spec(t, nodejobwire.UpgradeSpec{URL: url + "/drover-agent", SHA256: new.sha}), n.rec.report)
+	if phase != nodejobwire.PhaseRunning || reason != "restarting as "+newVersion {
 		t.Fatalf("Run() = %s, %q; want Running, restarting as %s", phase, reason, newVersion)
 	}
 	wantReports(t, n.rec.take(), "Check ok Running", "BackUp ok Running")
@@ -250,14 +249,14 @@ func TestUpgradeSwapsRestartsAndConfirms(t *testing.T) {
 	}
 
 	// The new process starts: Resume finds the pending upgrade, waits for
-	// the hub connection, and ends the flow.
+	// the hub connection, and ends the nodejobwire.
 	r2 := n.runner(newVersion)
 	r2.Connected = func(context.Context) error { return nil }
 	if uids, _ := r2.Interrupted(ctx); len(uids) != 1 || uids[0] != "job-1" {
 		t.Fatalf("Interrupted() = %v, want [job-1]", uids)
 	}
 	res, err := r2.Resume(ctx, n.rec.forUID)
-	if err != nil || len(res) != 1 || res[0] != (Result{"job-1", wire.PhaseSucceeded, "upgraded from v1.0.0 to v2.0.0"}) {
+	if err != nil || len(res) != 1 || res[0] != (Result{"job-1", nodejobwire.PhaseSucceeded, "upgraded from v1.0.0 to v2.0.0"}) {
 		t.Fatalf("Resume() = %+v, %v; want job-1 Succeeded", res, err)
 	}
 	got := n.rec.take()
@@ -270,8 +269,8 @@ func TestUpgradeSwapsRestartsAndConfirms(t *testing.T) {
 	if res, _ := r2.Resume(ctx, n.rec.forUID); len(res) != 0 {
 		t.Errorf("second Resume() = %+v, want nothing", res)
 	}
-	phase, _ = r2.Run(ctx, "job-1", spec(t, wire.UpgradeSpec{URL: url + "/drover-agent", SHA256: new.sha}), n.rec.report)
-	if phase != wire.PhaseSucceeded || len(n.rec.take()) != 0 || len(n.execs) != 1 {
+	phase, _ = r2.Run(ctx, "job-1", spec(t, nodejobwire.UpgradeSpec{URL: url + "/drover-agent", SHA256: new.sha}), n.rec.report)
+	if phase != nodejobwire.PhaseSucceeded || len(n.rec.take()) != 0 || len(n.execs) != 1 {
 		t.Errorf("Run() after the end = %s, want Succeeded with no new report or exec", phase)
 	}
 }
@@ -281,16 +280,16 @@ func TestUpgradeFailuresBeforeTheSwapRollBack(t *testing.T) {
 	url := serve(t, map[string]string{"/new": new.path, "/broken": broken.path})
 	tests := []struct {
 		name       string
-		s          wire.UpgradeSpec
+		s          nodejobwire.UpgradeSpec
 		wantReason []string // in the flow's reason
 	}{
-		{"digest mismatch", wire.UpgradeSpec{URL: url + "/new", SHA256: old.sha},
+		{"digest mismatch", nodejobwire.UpgradeSpec{URL: url + "/new", SHA256: old.sha},
 			[]string{"digest mismatch: want " + old.sha + " got " + new.sha}},
-		{"binary that cannot start", wire.UpgradeSpec{URL: url + "/broken", SHA256: broken.sha},
+		{"binary that cannot start", nodejobwire.UpgradeSpec{URL: url + "/broken", SHA256: broken.sha},
 			[]string{"probe v2.0.0", "exit status 1", "cannot start"}},
-		{"download not found", wire.UpgradeSpec{URL: url + "/nowhere", SHA256: new.sha},
+		{"download not found", nodejobwire.UpgradeSpec{URL: url + "/nowhere", SHA256: new.sha},
 			[]string{"download v2.0.0 from " + url + "/nowhere: HTTP 404"}},
-		{"binary of another version", wire.UpgradeSpec{Version: "v3.0.0", URL: url + "/new", SHA256: new.sha},
+		{"binary of another version", nodejobwire.UpgradeSpec{Version: "v3.0.0", URL: url + "/new", SHA256: new.sha},
 			[]string{`probe v3.0.0`, `printed "v2.0.0"`}},
 	}
 	for _, tt := range tests {
@@ -304,7 +303,7 @@ func TestUpgradeFailuresBeforeTheSwapRollBack(t *testing.T) {
 			}
 			want := append([]string{"upgrade to " + ver + " failed: "}, tt.wantReason...)
 			want = append(want, "; rolled back to v1.0.0")
-			if phase != wire.PhaseFailed {
+			if phase != nodejobwire.PhaseFailed {
 				t.Errorf("Run() phase = %s, want Failed", phase)
 			}
 			for _, w := range want {
@@ -334,7 +333,7 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 	n := newNode(t, old)
 	r1 := n.runner(oldVersion)
 	r1.HealthTimeout = shortHealth
-	if phase, _ := r1.Run(ctx, "job", spec(t, wire.UpgradeSpec{URL: url + "/new", SHA256: new.sha}), n.rec.report); phase != wire.PhaseRunning {
+	if phase, _ := r1.Run(ctx, "job", spec(t, nodejobwire.UpgradeSpec{URL: url + "/new", SHA256: new.sha}), n.rec.report); phase != nodejobwire.PhaseRunning {
 		t.Fatalf("Run() = %s, want Running (restarting)", phase)
 	}
 	n.rec.take()
@@ -345,7 +344,7 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 	r2.Connected = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 	began := time.Now()
 	res, err := r2.Resume(ctx, n.rec.forUID)
-	if err != nil || len(res) != 1 || res[0].Phase != wire.PhaseRunning || res[0].Reason != "restarting as v1.0.0" {
+	if err != nil || len(res) != 1 || res[0].Phase != nodejobwire.PhaseRunning || res[0].Reason != "restarting as v1.0.0" {
 		t.Fatalf("Resume() as the new version = %+v, %v; want Running, restarting as v1.0.0", res, err)
 	}
 	if d := time.Since(began); d > shortHealth+5*time.Second {
@@ -359,11 +358,11 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 		t.Fatalf("installed binary after the rollback = %s (prints %q), want the old one", sha, v)
 	}
 
-	// The old process starts again and ends the flow.
+	// The old process starts again and ends the nodejobwire.
 	r3 := n.runner(oldVersion)
 	res, err = r3.Resume(ctx, n.rec.forUID)
 	want := "upgrade to v2.0.0 failed: v2.0.0 did not connect to a hub within 300ms: context deadline exceeded; rolled back to v1.0.0"
-	if err != nil || len(res) != 1 || res[0] != (Result{"job", wire.PhaseFailed, want}) {
+	if err != nil || len(res) != 1 || res[0] != (Result{"job", nodejobwire.PhaseFailed, want}) {
 		t.Fatalf("Resume() as the old version = %+v, %v; want Failed, %q", res, err, want)
 	}
 	got := n.rec.take()
@@ -398,8 +397,8 @@ func TestConfirmationHoldsTheFlow(t *testing.T) {
 	n := newNode(t, old)
 	r := n.runner(oldVersion)
 	r.ConfirmPoll = testConfirmPoll
-	s := spec(t, wire.UpgradeSpec{URL: url + "/new", SHA256: new.sha, RequireConfirmation: true})
-	if _, err := n.db.PutWork(ctx, store.Work{UID: "job", Type: wire.TypeUpgrade, Spec: s}); err != nil {
+	s := spec(t, nodejobwire.UpgradeSpec{URL: url + "/new", SHA256: new.sha, RequireConfirmation: true})
+	if _, err := n.db.PutWork(ctx, store.Work{UID: "job", Type: nodejobwire.TypeUpgrade, Spec: s}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -411,7 +410,7 @@ func TestConfirmationHoldsTheFlow(t *testing.T) {
 	go func() { p, why := r.Run(stopCtx, "job", s, n.rec.report); done <- ran{p, why} }()
 	waitFor(t, "the waiting report", func() bool { return n.rec.count() == 2 })
 	stop()
-	if got := <-done; got.phase != wire.PhaseFailed || got.reason != "WaitingConfirmation interrupted: context canceled" {
+	if got := <-done; got.phase != nodejobwire.PhaseFailed || got.reason != "WaitingConfirmation interrupted: context canceled" {
 		t.Fatalf("Run(stopped while waiting) = %+v, want Failed, WaitingConfirmation interrupted", got)
 	}
 	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running")
@@ -428,10 +427,10 @@ func TestConfirmationHoldsTheFlow(t *testing.T) {
 		t.Fatalf("Run() = %+v before the confirmation, want it to wait", got)
 	case <-time.After(5 * testConfirmPoll):
 	}
-	if _, err := n.db.PutWork(ctx, store.Work{UID: wire.ConfirmUID("job"), Type: wire.TypeConfirm, Spec: []byte("{}")}); err != nil {
+	if _, err := n.db.PutWork(ctx, store.Work{UID: nodejobwire.ConfirmUID("job"), Type: nodejobwire.TypeConfirm, Spec: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-done; got.phase != wire.PhaseRunning || len(n.execs) != 1 {
+	if got := <-done; got.phase != nodejobwire.PhaseRunning || len(n.execs) != 1 {
 		t.Fatalf("Run(confirmed) = %+v with %d execs, want Running after one exec", got, len(n.execs))
 	}
 	wantReports(t, n.rec.take(), "WaitingConfirmation waiting Running", "WaitingConfirmation ok Running", "BackUp ok Running")
@@ -443,8 +442,8 @@ func TestConfirmationTimesOut(t *testing.T) {
 	n := newNode(t, old)
 	r := n.runner(oldVersion)
 	r.ConfirmPoll, r.ConfirmTimeout = testConfirmPoll, 5*testConfirmPoll
-	phase, reason := r.Run(ctx, "job", spec(t, wire.UpgradeSpec{URL: "http://example.invalid/a", SHA256: new.sha, RequireConfirmation: true}), n.rec.report)
-	if phase != wire.PhaseFailed || reason != "not confirmed within 100ms" {
+	phase, reason := r.Run(ctx, "job", spec(t, nodejobwire.UpgradeSpec{URL: "http://example.invalid/a", SHA256: new.sha, RequireConfirmation: true}), n.rec.report)
+	if phase != nodejobwire.PhaseFailed || reason != "not confirmed within 100ms" {
 		t.Fatalf("Run() = %s, %q; want Failed, not confirmed within 100ms", phase, reason)
 	}
 	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running", "WaitingConfirmation failed Failed")
@@ -467,7 +466,7 @@ func TestUpgradeFromAnOCIArtifact(t *testing.T) {
 	}))
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")
-	alice := map[string]wire.Credential{host: {Username: "alice", Password: "s3cret"}}
+	alice := map[string]nodejobwire.Credential{host: {Username: "alice", Password: "s3cret"}}
 	content, err := os.ReadFile(new.path)
 	if err != nil {
 		t.Fatal(err)
@@ -494,25 +493,25 @@ func TestUpgradeFromAnOCIArtifact(t *testing.T) {
 	raw, tarOfOne := push("agent-raw", content), push("agent-tar", tarred.Bytes())
 	tests := []struct {
 		name, image string
-		auth        map[string]wire.Credential
+		auth        map[string]nodejobwire.Credential
 		wantReason  string // "" = the upgrade goes on (Running, restarting)
 	}{
 		{"raw binary layer", raw, alice, ""},
 		{"tar of one file", tarOfOne, alice, ""},
 		{"no credentials for the registry", raw, nil,
 			"registry " + host + " requires credentials (401 Unauthorized); the job gives none for it"},
-		{"credentials of another registry only", raw, map[string]wire.Credential{"elsewhere.example:5000": {Username: "alice", Password: "s3cret"}},
+		{"credentials of another registry only", raw, map[string]nodejobwire.Credential{"elsewhere.example:5000": {Username: "alice", Password: "s3cret"}},
 			"registry " + host + " requires credentials (401 Unauthorized); the job gives none for it"},
-		{"wrong password", raw, map[string]wire.Credential{host: {Username: "alice", Password: "nope"}},
+		{"wrong password", raw, map[string]nodejobwire.Credential{host: {Username: "alice", Password: "nope"}},
 			"registry " + host + ` refused the credentials of user "alice" (401 Unauthorized)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			n := newNode(t, old)
-			phase, reason := n.runner(oldVersion).Run(ctx, "job", spec(t, wire.UpgradeSpec{Image: tt.image, SHA256: new.sha, Auth: tt.auth}), n.rec.report)
+			phase, reason := n.runner(oldVersion).Run(ctx, "job", spec(t, nodejobwire.UpgradeSpec{Image: tt.image, SHA256: new.sha, Auth: tt.auth}), n.rec.report)
 			if tt.wantReason != "" {
-				if phase != wire.PhaseFailed || !strings.Contains(reason, tt.wantReason) || !strings.Contains(reason, "rolled back to "+oldVersion) {
+				if phase != nodejobwire.PhaseFailed || !strings.Contains(reason, tt.wantReason) || !strings.Contains(reason, "rolled back to "+oldVersion) {
 					t.Errorf("Run(%s) = %s, %q; want Failed, rolled back, with %q", tt.image, phase, reason, tt.wantReason)
 				}
 				if sha, _ := n.installed(); sha != old.sha {
@@ -520,7 +519,7 @@ func TestUpgradeFromAnOCIArtifact(t *testing.T) {
 				}
 				return
 			}
-			if phase != wire.PhaseRunning {
+			if phase != nodejobwire.PhaseRunning {
 				t.Fatalf("Run(%s) = %s, %q; want Running (restarting)", tt.image, phase, reason)
 			}
 			if sha, _ := n.installed(); sha != new.sha {
@@ -552,12 +551,12 @@ func TestResumeAfterACrash(t *testing.T) {
 				q := p
 				q.Stage = stageDownload
 				return []store.Action{
-					{Action: flow.Check, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.BackUp, State: store.ActionSucceeded, Reported: true, Data: p.encode()},
-					{Action: flow.Upgrade, State: store.ActionRunning, Data: q.encode()},
+					{Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true, Data: p.encode()},
+					{Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: q.encode()},
 				}
 			},
-			want:    Result{"job", wire.PhaseFailed, "upgrade to v2.0.0 failed: the agent restarted during the upgrade to v2.0.0, before the new binary was in place; rolled back to v1.0.0"},
+			want:    Result{"job", nodejobwire.PhaseFailed, "upgrade to v2.0.0 failed: the agent restarted during the upgrade to v2.0.0, before the new binary was in place; rolled back to v1.0.0"},
 			reports: []string{"Upgrade failed Running", "RollBack ok Failed"},
 		},
 		{
@@ -565,12 +564,12 @@ func TestResumeAfterACrash(t *testing.T) {
 			rows: func(n *node, backup string) []store.Action {
 				p := pending{Stage: stageSwapped, From: oldVersion, To: newVersion, Backup: backup, Executable: n.exe, Deadline: time.Now().Add(time.Minute)}
 				return []store.Action{
-					{Action: flow.Check, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.BackUp, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.Upgrade, State: store.ActionRunning, Data: p.encode()},
+					{Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()},
 				}
 			},
-			want:    Result{"job", wire.PhaseFailed, "upgrade to v2.0.0 failed: the agent restarted as v1.0.0, not v2.0.0; rolled back to v1.0.0"},
+			want:    Result{"job", nodejobwire.PhaseFailed, "upgrade to v2.0.0 failed: the agent restarted as v1.0.0, not v2.0.0; rolled back to v1.0.0"},
 			reports: []string{"Upgrade failed Running", "RollBack ok Failed"},
 		},
 		{
@@ -578,12 +577,12 @@ func TestResumeAfterACrash(t *testing.T) {
 			rows: func(n *node, backup string) []store.Action {
 				p := pending{Stage: stageSwapped, From: oldVersion, To: newVersion, Backup: backup, Executable: n.exe, Deadline: time.Now().Add(-time.Minute)}
 				return []store.Action{
-					{Action: flow.Check, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.BackUp, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.Upgrade, State: store.ActionRunning, Data: p.encode()},
+					{Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()},
 				}
 			},
-			want:    Result{"job", wire.PhaseRunning, "restarting as v1.0.0"},
+			want:    Result{"job", nodejobwire.PhaseRunning, "restarting as v1.0.0"},
 			reports: []string{"Upgrade failed Running"},
 		},
 		{
@@ -591,9 +590,9 @@ func TestResumeAfterACrash(t *testing.T) {
 			rows: func(n *node, backup string) []store.Action {
 				p := pending{Stage: stageSwapped, From: oldVersion, To: newVersion, Backup: backup, Executable: n.exe}
 				return []store.Action{
-					{Action: flow.Check, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.BackUp, State: store.ActionSucceeded, Reported: true},
-					{Action: flow.Upgrade, State: store.ActionSucceeded, Reason: "upgraded from v1.0.0 to v2.0.0", Data: p.encode()},
+					{Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true},
+					{Action: nodejobwire.Upgrade, State: store.ActionSucceeded, Reason: "upgraded from v1.0.0 to v2.0.0", Data: p.encode()},
 				}
 			},
 			// Not interrupted (nothing Running): the core's Run call ends it.
@@ -603,9 +602,9 @@ func TestResumeAfterACrash(t *testing.T) {
 		{
 			name: "during the Check", running: oldVersion, installed: old,
 			rows: func(n *node, backup string) []store.Action {
-				return []store.Action{{Action: flow.Check, State: store.ActionRunning}}
+				return []store.Action{{Action: nodejobwire.Check, State: store.ActionRunning}}
 			},
-			want:    Result{"job", wire.PhaseFailed, "the agent restarted during this action"},
+			want:    Result{"job", nodejobwire.PhaseFailed, "the agent restarted during this action"},
 			reports: []string{"Check failed Failed"},
 		},
 	}
@@ -616,7 +615,7 @@ func TestResumeAfterACrash(t *testing.T) {
 			if err := install(old.path, backup, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := n.db.PutWork(ctx, store.Work{UID: "job", Type: wire.TypeUpgrade, Spec: []byte(`{}`)}); err != nil {
+			if _, err := n.db.PutWork(ctx, store.Work{UID: "job", Type: nodejobwire.TypeUpgrade, Spec: []byte(`{}`)}); err != nil {
 				t.Fatal(err)
 			}
 			for _, a := range tt.rows(n, backup) {
@@ -653,13 +652,13 @@ func TestResumeAfterACrash(t *testing.T) {
 			}
 		}
 		p := pending{Stage: stageSwapped, From: oldVersion, To: newVersion}
-		must(n.db.SetAction(ctx, store.Action{UID: "job", Action: flow.Check, State: store.ActionSucceeded, Reported: true}))
-		must(n.db.SetAction(ctx, store.Action{UID: "job", Action: flow.BackUp, State: store.ActionSucceeded, Reported: true}))
-		must(n.db.SetAction(ctx, store.Action{UID: "job", Action: flow.Upgrade, State: store.ActionSucceeded, Reason: "upgraded from v1.0.0 to v2.0.0", Data: p.encode()}))
+		must(n.db.SetAction(ctx, store.Action{UID: "job", Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true}))
+		must(n.db.SetAction(ctx, store.Action{UID: "job", Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true}))
+		must(n.db.SetAction(ctx, store.Action{UID: "job", Action: nodejobwire.Upgrade, State: store.ActionSucceeded, Reason: "upgraded from v1.0.0 to v2.0.0", Data: p.encode()}))
 		r := n.runner(newVersion)
-		s := spec(t, wire.UpgradeSpec{URL: "http://example.invalid/a", SHA256: new.sha})
+		s := spec(t, nodejobwire.UpgradeSpec{URL: "http://example.invalid/a", SHA256: new.sha})
 		for range 2 {
-			if phase, reason := r.Run(ctx, "job", s, n.rec.report); phase != wire.PhaseSucceeded || reason != "upgraded from v1.0.0 to v2.0.0" {
+			if phase, reason := r.Run(ctx, "job", s, n.rec.report); phase != nodejobwire.PhaseSucceeded || reason != "upgraded from v1.0.0 to v2.0.0" {
 				t.Fatalf("Run() = %s, %q; want Succeeded", phase, reason)
 			}
 		}
@@ -675,8 +674,8 @@ func TestInvalidSpecOrFailedCheckChangesNothing(t *testing.T) {
 		want string
 	}{
 		{"invalid spec", []byte(`{"version":"1.0; rm -rf /","url":"http://x/a","sha256":"00"}`), "invalid spec: upgrade spec: version"},
-		{"disk check over a 1% limit", spec(t, wire.UpgradeSpec{URL: "http://x/a", SHA256: strings.Repeat("0", 64),
-			Checks: wire.Checks{Items: []string{"disk"}, DiskPercent: 1}}), "check disk: usage"},
+		{"disk check over a 1% limit", spec(t, nodejobwire.UpgradeSpec{URL: "http://x/a", SHA256: strings.Repeat("0", 64),
+			Checks: nodejobwire.Checks{Items: []string{"disk"}, DiskPercent: 1}}), "check disk: usage"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -684,7 +683,7 @@ func TestInvalidSpecOrFailedCheckChangesNothing(t *testing.T) {
 			n := newNode(t, old)
 			r := n.runner(oldVersion)
 			phase, reason := r.Run(ctx, "job", tt.spec, n.rec.report)
-			if phase != wire.PhaseFailed || !strings.Contains(reason, tt.want) {
+			if phase != nodejobwire.PhaseFailed || !strings.Contains(reason, tt.want) {
 				t.Errorf("Run() = %s, %q; want Failed containing %q", phase, reason, tt.want)
 			}
 			wantReports(t, n.rec.take(), "Check failed Failed")
@@ -724,15 +723,15 @@ func TestInterruptedDownloadRollsBackAtTheNextStart(t *testing.T) {
 		}
 		stop() // the agent is told to stop mid-download
 	}()
-	phase, reason := n.runner(oldVersion).Run(runCtx, "job", spec(t, wire.UpgradeSpec{URL: srv.URL + "/a", SHA256: new.sha}), n.rec.report)
-	if phase != wire.PhaseFailed || reason != "Upgrade interrupted: context canceled" {
+	phase, reason := n.runner(oldVersion).Run(runCtx, "job", spec(t, nodejobwire.UpgradeSpec{URL: srv.URL + "/a", SHA256: new.sha}), n.rec.report)
+	if phase != nodejobwire.PhaseFailed || reason != "Upgrade interrupted: context canceled" {
 		t.Fatalf("Run(stopped mid-download) = %s, %q; want Failed, Upgrade interrupted", phase, reason)
 	}
 	wantReports(t, n.rec.take(), "Check ok Running", "BackUp ok Running")
 
 	res, err := n.runner(oldVersion).Resume(ctx, n.rec.forUID)
 	want := "upgrade to v2.0.0 failed: the agent restarted during the upgrade to v2.0.0, before the new binary was in place; rolled back to v1.0.0"
-	if err != nil || len(res) != 1 || res[0] != (Result{"job", wire.PhaseFailed, want}) {
+	if err != nil || len(res) != 1 || res[0] != (Result{"job", nodejobwire.PhaseFailed, want}) {
 		t.Fatalf("Resume() = %+v, %v; want Failed, %q", res, err, want)
 	}
 	wantReports(t, n.rec.take(), "Upgrade failed Running", "RollBack ok Failed")

@@ -1,0 +1,764 @@
+// Package nodejobhub is a hub's part of node jobs: it dispatches the nodes
+// the manager admitted (InProgress in a NodeTaskSlice) to the agents
+// connected to this hub, and writes the agents' reports back into the
+// slices in coalesced batches.
+//
+// A report that changes a node's phase, or puts it at WaitingConfirmation,
+// is written at the next flush (FlushInterval). Other action reports (an
+// action ended, the flow goes on) wait up to HoldInterval, or until half
+// the job's timeoutSeconds after the entry's last update if that is sooner,
+// and ride along with the node's next write: a node whose actions end
+// within a few seconds of each other costs one slice write, not one per
+// action. An entry's updateTime is when the hub received the report that
+// last changed it, so the manager's timeout counts from the node's last
+// report, however late it was written.
+//
+// Every hub runs one; none needs to be the leader. A node's work is the
+// job's uid, so whichever hub the node is connected to sends it, and a node
+// that moves hubs gets it again in the new hub's snapshot (WorkFor); the
+// agent applies a uid once.
+//
+// Concurrency is decided by the manager, which admits at most
+// spec.concurrency nodes across all hubs; timeouts too (a hub that dies
+// must not leave nodes InProgress forever).
+package nodejobhub
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/nodejob"
+	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+)
+
+// Hub is what the executor needs of a hub.
+type Hub interface {
+	Dispatch(node string, item *agentv1.WorkItem) error
+	Cancel(node, uid string) error
+	Connected(node string) bool
+}
+
+// Options configure an Executor.
+type Options struct {
+	// Client reads jobs and slices (cached) and writes slices.
+	Client client.Client
+	// APIReader reads slices afresh on a write conflict, and Secrets.
+	APIReader client.Reader
+	// FlushInterval is how long reports are gathered before a write. Default 250ms.
+	FlushInterval time.Duration
+	// HoldInterval is how long a report that changes neither the node's
+	// phase nor puts it at WaitingConfirmation may wait for the node's next
+	// write. Default 5s.
+	HoldInterval time.Duration
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Now          func() time.Time
+}
+
+type jobRef struct {
+	kind, name string
+	uid        types.UID
+	// timeout is the job's timeoutSeconds: the manager marks Unknown a
+	// node whose entry has not changed for that long.
+	timeout time.Duration
+}
+
+// nodeRef is where a node's entry is and when it last changed.
+type nodeRef struct {
+	slice string
+	// since is the entry's updateTime as this executor last saw or wrote it.
+	since time.Time
+}
+
+type report struct {
+	phase string
+	r     nodejobwire.Report
+	at    time.Time // when the hub received it
+}
+
+// urgent reports whether a node's reports must be written at the next
+// flush: they change its phase, or it waits for an operator.
+func urgent(rs []report) bool {
+	for _, rp := range rs {
+		if rp.phase != nodejobwire.PhaseRunning || rp.r.Action == nodejobwire.WaitingConfirmation {
+			return true
+		}
+	}
+	return false
+}
+
+// Executor implements hub.WorkSource and hub.StatusSink for node jobs.
+type Executor struct {
+	opts Options
+	log  *slog.Logger
+	hub  atomic.Pointer[Hub]
+
+	mu sync.Mutex
+	// want: node → uid → the item the node should hold (InProgress entries).
+	want map[string]map[string]*agentv1.WorkItem
+	// jobs: uid → the job, for reports and deletions.
+	jobs map[string]jobRef
+	// where: uid → node → its slice, to batch writes.
+	where map[string]map[string]nodeRef
+	// queue: uid → node → reports not written yet, in arrival order.
+	queue map[string]map[string][]report
+	// written: slice name → the slice as this executor last wrote it.
+	written map[string]*opsv1.NodeTaskSlice
+	synced  atomic.Bool
+	kick    chan struct{}
+
+	writes, reports prometheus.Counter
+}
+
+// New returns an executor; call SetHub before the hub serves agents.
+func New(opts Options) *Executor {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 250 * time.Millisecond
+	}
+	if opts.HoldInterval <= 0 {
+		opts.HoldInterval = 5 * time.Second
+	}
+	if opts.APIReader == nil {
+		opts.APIReader = opts.Client
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Executor{
+		opts: opts, log: opts.Logger,
+		want: map[string]map[string]*agentv1.WorkItem{}, jobs: map[string]jobRef{},
+		where: map[string]map[string]nodeRef{}, queue: map[string]map[string][]report{}, written: map[string]*opsv1.NodeTaskSlice{},
+		kick:    make(chan struct{}, 1),
+		writes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_nodejob_slice_writes_total", Help: "NodeTaskSlice writes by this hub's node job executor."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_hub_nodejob_reports_total", Help: "Node job action reports received from agents."}),
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(e.writes, e.reports)
+	}
+	return e
+}
+
+// SetHub tells the executor where to send work.
+func (e *Executor) SetHub(h Hub) { e.hub.Store(&h) }
+
+// SetupWithManager registers the slice controller (on every hub, without
+// leader election) and the report writer.
+func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
+	noLeader := false
+	mapJob := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var l opsv1.NodeTaskSliceList
+		// Only the names are read: no deep copy of every slice.
+		if err := e.opts.Client.List(ctx, &l, client.MatchingLabels{opsv1.LabelJobUID: string(obj.GetUID())}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(l.Items))
+		for _, s := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: s.Name}})
+		}
+		// A deleted job: forget its work.
+		if obj.GetDeletionTimestamp() != nil || len(out) == 0 {
+			e.forgetJob(string(obj.GetUID()))
+		}
+		return out
+	})
+	// What a node gets depends on the job's spec (confirmations, abort),
+	// never on its status: the manager's status writes (one per slice
+	// write) would re-index every slice of the job each time.
+	specOnly := builder.WithPredicates(predicate.GenerationChangedPredicate{})
+	err := ctrl.NewControllerManagedBy(mgr).Named("nodejob-executor").
+		For(&opsv1.NodeTaskSlice{}).
+		Watches(&opsv1.NodeUpgradeJob{}, mapJob, specOnly).
+		Watches(&opsv1.ImagePrePullJob{}, mapJob, specOnly).
+		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 2}).
+		Complete(e)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&runner{e: e, mgr: mgr})
+}
+
+// runner loads the index once the cache is ready, then writes reports.
+type runner struct {
+	e   *Executor
+	mgr ctrl.Manager
+}
+
+func (r *runner) NeedLeaderElection() bool { return false }
+
+func (r *runner) Start(ctx context.Context) error {
+	if !r.mgr.GetCache().WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	var l opsv1.NodeTaskSliceList
+	if err := r.e.opts.Client.List(ctx, &l); err != nil {
+		return fmt.Errorf("node job executor: list slices: %w", err)
+	}
+	for i := range l.Items {
+		if _, err := r.e.index(ctx, &l.Items[i], false); err != nil {
+			return fmt.Errorf("node job executor: %w", err)
+		}
+	}
+	r.e.synced.Store(true)
+	r.e.resend()
+	r.e.log.Info("node job executor ready", "slices", len(l.Items))
+	return r.e.writeLoop(ctx)
+}
+
+// Reconcile implements reconcile.Reconciler for NodeTaskSlices.
+func (e *Executor) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var s opsv1.NodeTaskSlice
+	if err := e.opts.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	_, err := e.index(ctx, &s, e.synced.Load())
+	return reconcile.Result{}, err
+}
+
+// index records what the slice's InProgress nodes should hold and, if
+// send, dispatches new or changed items to the nodes connected here.
+func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool) (int, error) {
+	job, err := e.getJob(ctx, s.Job)
+	if err != nil {
+		return 0, err
+	}
+	uid := string(s.Job.UID)
+	if job == nil {
+		e.forgetJob(uid)
+		return 0, nil
+	}
+	type out struct {
+		node string
+		item *agentv1.WorkItem
+	}
+	var sends []out
+	var base *agentv1.WorkItem
+	timeout := time.Duration(max(job.Execution().TimeoutSeconds, 1)) * time.Second
+	e.mu.Lock()
+	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID, timeout: timeout}
+	if e.where[uid] == nil {
+		e.where[uid] = map[string]nodeRef{}
+	}
+	e.mu.Unlock()
+	for _, n := range s.Nodes {
+		e.mu.Lock()
+		e.where[uid][n.NodeName] = nodeRef{slice: s.Name, since: updateTime(n)}
+		had := e.want[n.NodeName][uid]
+		e.mu.Unlock()
+		if n.Phase != opsv1.NodeTaskPhaseInProgress {
+			if had != nil {
+				e.drop(n.NodeName, uid)
+			}
+			continue
+		}
+		if base == nil {
+			// Once per slice, not per node: it may read the job's Secret.
+			if base, err = e.jobItem(ctx, job); err != nil {
+				return 0, err
+			}
+		}
+		items := itemsFor(job, base, n.NodeName)
+		e.mu.Lock()
+		if e.want[n.NodeName] == nil {
+			e.want[n.NodeName] = map[string]*agentv1.WorkItem{}
+		}
+		for _, it := range items {
+			old := e.want[n.NodeName][it.GetUid()]
+			if old == nil || string(old.GetSpec()) != string(it.GetSpec()) {
+				e.want[n.NodeName][it.GetUid()] = it
+				sends = append(sends, out{n.NodeName, it})
+			}
+		}
+		e.mu.Unlock()
+	}
+	e.log.Debug("indexed slice", "slice", s.Name, "job", s.Job.Name, "nodes", len(s.Nodes), "changed", len(sends), "send", send)
+	if h := e.hub.Load(); send && h != nil {
+		for _, o := range sends {
+			if (*h).Connected(o.node) {
+				if err := (*h).Dispatch(o.node, o.item); err != nil {
+					// The node's next snapshot carries it, if the stream just closed.
+					e.log.Warn("dispatch failed; the node's next connect carries it", "node", o.node, "uid", o.item.GetUid(), "err", err)
+				}
+			}
+		}
+	}
+	return len(sends), nil
+}
+
+// resend dispatches every wanted item to the nodes connected here. Agents
+// cannot have connected while the index loaded (WorkFor refused them), so
+// this only matters to a node whose stream opened in between; an agent
+// applies a uid once, so a repeat is harmless.
+func (e *Executor) resend() {
+	h := e.hub.Load()
+	if h == nil {
+		return
+	}
+	e.mu.Lock()
+	type out struct {
+		node string
+		item *agentv1.WorkItem
+	}
+	var sends []out
+	for node, items := range e.want {
+		for _, it := range items {
+			sends = append(sends, out{node, it})
+		}
+	}
+	e.mu.Unlock()
+	for _, o := range sends {
+		if (*h).Connected(o.node) {
+			_ = (*h).Dispatch(o.node, o.item)
+		}
+	}
+}
+
+func (e *Executor) drop(node, uid string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.want[node] {
+		if k == uid || k == nodejobwire.ConfirmUID(uid) {
+			delete(e.want[node], k)
+		}
+	}
+	if len(e.want[node]) == 0 {
+		delete(e.want, node)
+	}
+}
+
+// forgetJob stops a deleted job's work: its items leave every node's list,
+// and nodes connected here are told to cancel them.
+func (e *Executor) forgetJob(uid string) {
+	e.mu.Lock()
+	var nodes []string
+	for node, items := range e.want {
+		if _, ok := items[uid]; ok {
+			nodes = append(nodes, node)
+		}
+	}
+	delete(e.jobs, uid)
+	for _, ref := range e.where[uid] {
+		delete(e.written, ref.slice)
+	}
+	delete(e.where, uid)
+	delete(e.queue, uid)
+	e.mu.Unlock()
+	h := e.hub.Load()
+	for _, n := range nodes {
+		e.drop(n, uid)
+		if h != nil && (*h).Connected(n) {
+			_ = (*h).Cancel(n, uid)
+		}
+	}
+	if len(nodes) > 0 {
+		e.log.Info("node job gone; cancelled its work", "uid", uid, "nodes", len(nodes))
+	}
+}
+
+func (e *Executor) getJob(ctx context.Context, ref opsv1.JobReference) (opsv1.NodeJob, error) {
+	var j opsv1.NodeJob
+	switch ref.Kind {
+	case "NodeUpgradeJob":
+		j = &opsv1.NodeUpgradeJob{}
+	case "ImagePrePullJob":
+		j = &opsv1.ImagePrePullJob{}
+	default:
+		return nil, nil
+	}
+	if err := e.opts.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, j); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if j.GetUID() != ref.UID {
+		return nil, nil // a newer job with the same name; this slice is stale
+	}
+	return j, nil
+}
+
+func checks(x opsv1.JobExecution) nodejobwire.Checks {
+	c := nodejobwire.Checks{}
+	for _, it := range x.CheckItems {
+		c.Items = append(c.Items, string(it))
+	}
+	if t := x.CheckThresholds; t != nil {
+		if t.CPUPercent != nil {
+			c.CPUPercent = int(*t.CPUPercent)
+		}
+		if t.MemPercent != nil {
+			c.MemPercent = int(*t.MemPercent)
+		}
+		if t.DiskPercent != nil {
+			c.DiskPercent = int(*t.DiskPercent)
+		}
+	}
+	return c
+}
+
+// jobItem builds the item every node of job holds.
+func (e *Executor) jobItem(ctx context.Context, job opsv1.NodeJob) (*agentv1.WorkItem, error) {
+	uid := string(job.GetUID())
+	switch j := job.(type) {
+	case *opsv1.NodeUpgradeJob:
+		a := j.Spec.Artifact
+		var auth map[string]nodejobwire.Credential
+		if a.Image != "" {
+			var err error
+			if auth, err = e.credentials(ctx, a.ImageSecretRef, []string{a.Image}); err != nil {
+				return nil, fmt.Errorf("artifact: %w", err)
+			}
+		}
+		spec, _ := json.Marshal(nodejobwire.UpgradeSpec{Job: j.Name, Version: j.Spec.Version, URL: a.URL, Image: a.Image, SHA256: a.SHA256, Auth: auth,
+			RequireConfirmation: j.Spec.RequireConfirmation, TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
+		return &agentv1.WorkItem{Uid: uid, Type: nodejobwire.TypeUpgrade, Spec: spec}, nil
+	case *opsv1.ImagePrePullJob:
+		auth, err := e.credentials(ctx, j.Spec.ImageSecretRef, j.Spec.Images)
+		if err != nil {
+			return nil, err
+		}
+		spec, _ := json.Marshal(nodejobwire.PrePullSpec{Job: j.Name, Images: j.Spec.Images, Auth: auth, RetryTimes: int(j.Spec.RetryTimes),
+			TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
+		return &agentv1.WorkItem{Uid: uid, Type: nodejobwire.TypePrePull, Spec: spec}, nil
+	}
+	return nil, fmt.Errorf("unknown node job kind %T", job)
+}
+
+// itemsFor is what node holds of job: the job's item, and the confirmation
+// once an upgrade that needs one is confirmed for node.
+func itemsFor(job opsv1.NodeJob, base *agentv1.WorkItem, node string) []*agentv1.WorkItem {
+	items := []*agentv1.WorkItem{base}
+	if j, ok := job.(*opsv1.NodeUpgradeJob); ok && j.Spec.RequireConfirmation {
+		confirmed := false
+		if c := j.Spec.Confirmed; c != nil {
+			confirmed = c.All || slices.Contains(c.NodeNames, node)
+		}
+		if confirmed {
+			items = append(items, &agentv1.WorkItem{Uid: nodejobwire.ConfirmUID(string(j.GetUID())), Type: nodejobwire.TypeConfirm, Spec: []byte("{}")})
+		}
+	}
+	return items
+}
+
+// credentials reads a dockerconfigjson Secret and keeps only the
+// registries images are on.
+func (e *Executor) credentials(ctx context.Context, ref *corev1.SecretReference, images []string) (map[string]nodejobwire.Credential, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	var s corev1.Secret
+	if err := e.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	all, err := parseDockerConfig(s.Data[corev1.DockerConfigJsonKey])
+	if err != nil {
+		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := map[string]nodejobwire.Credential{}
+	for _, im := range images {
+		r, err := name.ParseReference(im)
+		if err != nil {
+			continue
+		}
+		reg := r.Context().RegistryStr()
+		if c, ok := all[reg]; ok {
+			out[reg] = c
+		}
+	}
+	return out, nil
+}
+
+// parseDockerConfig reads a .dockerconfigjson into registry → credential.
+func parseDockerConfig(b []byte) (map[string]nodejobwire.Credential, error) {
+	var cfg struct {
+		Auths map[string]struct {
+			Username string `json:"username"`
+			Password string `json:"password"`
+			Auth     string `json:"auth"`
+		} `json:"auths"`
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("not a .dockerconfigjson: %w", err)
+	}
+	out := map[string]nodejobwire.Credential{}
+	for host, a := range cfg.Auths {
+		c := nodejobwire.Credential{Username: a.Username, Password: a.Password}
+		if a.Auth != "" && c.Username == "" {
+			raw, err := base64.StdEncoding.DecodeString(a.Auth)
+			if err != nil {
+				return nil, fmt.Errorf("auth of %s is not base64", host)
+			}
+			c.Username, c.Password, _ = strings.Cut(string(raw), ":")
+		}
+		out[normalizeRegistry(host)] = c
+	}
+	return out, nil
+}
+
+func normalizeRegistry(h string) string {
+	h = strings.TrimPrefix(strings.TrimPrefix(h, "https://"), "http://")
+	h, _, _ = strings.Cut(h, "/")
+	if h == "docker.io" || h == "registry-1.docker.io" {
+		return name.DefaultRegistry
+	}
+	return h
+}
+
+// Ready implements hub.Readier: the node jobs have loaded.
+func (e *Executor) Ready() bool { return e.synced.Load() }
+
+// WorkFor implements hub.WorkSource: the node's node-job items.
+func (e *Executor) WorkFor(_ context.Context, node string) ([]*agentv1.WorkItem, error) {
+	if !e.synced.Load() {
+		// An empty list would make the agent cancel work it runs.
+		return nil, errors.New("node jobs are still loading; reconnect shortly")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*agentv1.WorkItem, 0, len(e.want[node]))
+	for _, it := range e.want[node] {
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// WorkStatus implements hub.StatusSink.
+func (e *Executor) WorkStatus(_ context.Context, node string, st *agentv1.WorkStatus) {
+	e.enqueue(node, st)
+}
+
+// NodeState implements hub.StatusSink.
+func (e *Executor) NodeState(_ context.Context, node string, work []*agentv1.WorkStatus) {
+	for _, st := range work {
+		if st.GetMessage() != "" {
+			e.enqueue(node, st)
+		}
+	}
+}
+
+func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
+	e.mu.Lock()
+	_, ours := e.jobs[st.GetUid()]
+	e.mu.Unlock()
+	if !ours {
+		return
+	}
+	var r nodejobwire.Report
+	var err error
+	at := e.opts.Now()
+	switch {
+	case st.GetMessage() == "" && (st.GetPhase() == nodejobwire.PhaseFailed || st.GetPhase() == "Cancelled"):
+		// The agent ended the item without a runner's report (no runner for
+		// the type, or it restarted mid-run): the node failed, and why.
+		r = nodejobwire.Report{Action: "Agent", Reason: st.GetPhase() + ": " + st.GetReason(), Time: e.opts.Now()}
+		st = &agentv1.WorkStatus{Uid: st.GetUid(), Phase: nodejobwire.PhaseFailed, Reason: st.GetReason()}
+	default:
+		r, err = nodejobwire.DecodeReport(st.GetMessage())
+	}
+	if err != nil {
+		e.log.Warn("ignoring a node job report", "node", node, "uid", st.GetUid(), "err", err)
+		return
+	}
+	e.reports.Inc()
+	e.mu.Lock()
+	if e.queue[st.GetUid()] == nil {
+		e.queue[st.GetUid()] = map[string][]report{}
+	}
+	e.queue[st.GetUid()][node] = append(e.queue[st.GetUid()][node], report{phase: st.GetPhase(), r: r, at: at})
+	e.mu.Unlock()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes queued reports, one write per slice per flush.
+func (e *Executor) writeLoop(ctx context.Context) error {
+	var held <-chan time.Time // fires when the earliest held report is due
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.kick:
+		case <-held:
+		}
+		// Gather what else arrives meanwhile into the same writes.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(e.opts.FlushInterval):
+		}
+		held = nil
+		if next := e.flush(ctx); !next.IsZero() {
+			held = time.After(max(next.Sub(e.opts.Now()), 0))
+		}
+	}
+}
+
+// due is when a node's queued reports rs must be written at the latest.
+// Held reports must reach the slice well before the manager would time the
+// node out (ref.since + timeout).
+func (e *Executor) due(job jobRef, ref nodeRef, rs []report) time.Time {
+	if urgent(rs) || ref.since.IsZero() {
+		return time.Time{}
+	}
+	d := rs[0].at.Add(e.opts.HoldInterval)
+	if t := ref.since.Add(job.timeout / 2); t.Before(d) {
+		d = t
+	}
+	return d
+}
+
+// flush writes the queued reports that are due and returns when the
+// earliest held one will be (zero: none held).
+func (e *Executor) flush(ctx context.Context) (next time.Time) {
+	now := e.opts.Now()
+	e.mu.Lock()
+	batches := map[string]map[string][]report{} // slice → node → reports
+	for uid, nodes := range e.queue {
+		job := e.jobs[uid]
+		for node, rs := range nodes {
+			ref, ok := e.where[uid][node]
+			if !ok {
+				continue // slice not indexed yet: keep for the next flush
+			}
+			if d := e.due(job, ref, rs); d.After(now) {
+				if next.IsZero() || d.Before(next) {
+					next = d
+				}
+				continue
+			}
+			if batches[ref.slice] == nil {
+				batches[ref.slice] = map[string][]report{}
+			}
+			batches[ref.slice][node] = rs
+			delete(nodes, node)
+		}
+		if len(nodes) == 0 {
+			delete(e.queue, uid)
+		}
+	}
+	e.mu.Unlock()
+	// Slices are independent objects: write them side by side. One at a
+	// time, a flush of a 10,000-node job (63 slices of ~80 KB) took
+	// seconds, and reports waited for it.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, flushParallelism)
+	for sliceName, byNode := range batches {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := e.writeSlice(ctx, sliceName, byNode); err != nil {
+				e.log.Error("write node job reports", "slice", sliceName, "nodes", len(byNode), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+	return next
+}
+
+// flushParallelism bounds the slice writes of one flush in flight at once.
+const flushParallelism = 8
+
+// fresher returns the newer of the cached slice and the one this executor
+// last wrote: right after a write the cache lags, and writing on the
+// cached copy would only conflict.
+func (e *Executor) fresher(s *opsv1.NodeTaskSlice) {
+	e.mu.Lock()
+	w, ok := e.written[s.Name]
+	e.mu.Unlock()
+	if ok && w.UID == s.UID && newerRV(w.ResourceVersion, s.ResourceVersion) {
+		w.DeepCopyInto(s)
+	}
+}
+
+func (e *Executor) remember(s *opsv1.NodeTaskSlice) {
+	e.mu.Lock()
+	e.written[s.Name] = s.DeepCopy()
+	e.mu.Unlock()
+}
+
+// updateTime is the entry's updateTime, or zero.
+func updateTime(n opsv1.NodeTaskStatus) time.Time {
+	if n.UpdateTime == nil {
+		return time.Time{}
+	}
+	return n.UpdateTime.Time
+}
+
+// newerRV compares resourceVersions as etcd revisions. They are opaque to
+// clients in general; when either does not parse, the cache wins and a
+// conflict, if any, re-reads the slice.
+func newerRV(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x > y
+}
+
+func (e *Executor) writeSlice(ctx context.Context, sliceName string, byNode map[string][]report) error {
+	first := true
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var s opsv1.NodeTaskSlice
+		var err error
+		if first {
+			err = e.opts.Client.Get(ctx, client.ObjectKey{Name: sliceName}, &s)
+			if err == nil {
+				e.fresher(&s)
+			}
+		} else {
+			err = e.opts.APIReader.Get(ctx, client.ObjectKey{Name: sliceName}, &s)
+		}
+		first = false
+		if err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		changed := false
+		for i := range s.Nodes {
+			for _, rp := range byNode[s.Nodes[i].NodeName] {
+				// The entry's updateTime is when the report came in, not
+				// when it was written: the timeout counts from the node.
+				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, rp.at) {
+					changed = true
+				}
+			}
+		}
+		if !changed {
+			return nil
+		}
+		if err := e.opts.Client.Update(ctx, &s); err != nil {
+			return err
+		}
+		e.remember(&s)
+		e.writes.Inc()
+		return nil
+	})
+}

@@ -1,0 +1,330 @@
+package taskctl
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"golang.org/x/sync/errgroup"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/kname"
+	"github.com/drover-fleet/drover/pkg/ctrlkit"
+)
+
+// TaskGroupReconciler keeps count Tasks named <group>-<index> for each
+// TaskGroup and counts their states into its status.
+//
+// Scaling: raising count creates the missing indices; lowering it deletes
+// the tasks at index ≥ count (a running one is cancelled by its hub). A
+// task deleted by hand is made again, afresh, once it is gone, until the
+// group is Completed or Failed (then it stays as it ended). The
+// template applies to tasks created after it changes; existing tasks keep
+// their spec. The controller deletes the tasks of a deleted group itself,
+// whether or not a garbage collector runs.
+type TaskGroupReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// APIReader reads a task afresh before deleting it; nil: the cache.
+	APIReader client.Reader
+	// Clock of activeDeadlineSeconds; nil: the real one.
+	Clock clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch.drover.io,resources=tasks,verbs=get;list;watch;create;delete
+
+// SetupWithManager registers the controller.
+func (r *TaskGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("taskgroup").
+		For(&batchv1.TaskGroup{}).
+		Owns(&batchv1.Task{}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *TaskGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var g batchv1.TaskGroup
+	if err := r.Client.Get(ctx, req.NamespacedName, &g); err != nil {
+		if apierrors.IsNotFound(err) {
+			w := &groupRun{r: r, name: req.Name, namespace: req.Namespace}
+			return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+				ctrlkit.NewAction("LoadTasks", w.loadTasks),
+				ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+			).Run(ctx))
+		}
+		return ctrl.Result{}, err
+	}
+	if g.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	w := &groupRun{r: r, group: &g, name: g.Name, namespace: g.Namespace}
+	if settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation) {
+		// Done: only tasks beyond count (none, unless it shrank) go.
+		return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+			ctrlkit.NewAction("LoadTasks", w.loadTasks),
+			ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+		).Run(ctx))
+	}
+	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+		ctrlkit.NewAction("LoadTasks", w.loadTasks),
+		ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
+		ctrlkit.NewAction("Deadline", w.deadline),
+		ctrlkit.NewAction("CreateTasks", w.createMissing),
+		ctrlkit.NewAction("UpdateStatus", w.updateStatus),
+	).Run(ctx))
+}
+
+// groupRun is one reconcile of one group; group is nil when it is gone.
+type groupRun struct {
+	r               *TaskGroupReconciler
+	group           *batchv1.TaskGroup
+	name, namespace string
+
+	mine        map[int]*batchv1.Task // the group's tasks by index
+	terminating map[int]bool          // indices whose task is being deleted
+	unwanted    []*batchv1.Task       // a deleted or earlier group's, or index ≥ count
+	// stale: a task existed that the cache did not show; counting now
+	// could count a finished task as new. Its arrival brings us back.
+	stale atomic.Bool
+	// expired is set once the group's activeDeadlineSeconds has passed;
+	// until then, untilDeadline is what is left of it (0: no deadline).
+	expired       bool
+	stopped       int
+	untilDeadline time.Duration
+}
+
+// deadline ends a group past its activeDeadlineSeconds: its unfinished
+// tasks are deleted (their hubs stop the processes first) and none is made
+// again; updateStatus then ends it Failed.
+func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
+	g := w.group
+	if g.Spec.ActiveDeadlineSeconds == nil {
+		return ctrlkit.NoRequeue()
+	}
+	now := time.Now()
+	if w.r.Clock != nil {
+		now = w.r.Clock.Now()
+	}
+	end := g.CreationTimestamp.Add(time.Duration(*g.Spec.ActiveDeadlineSeconds) * time.Second)
+	if now.Before(end) {
+		w.untilDeadline = end.Sub(now)
+		return ctrlkit.NoRequeue()
+	}
+	// A group whose tasks all ended in time (reconciled late) ends as they
+	// did; only one with work left is cut short.
+	done := len(w.terminating) == 0
+	for i := range int(g.Spec.Count) {
+		if t := w.mine[i]; t == nil || !t.Status.State.Final() {
+			done = false
+		}
+	}
+	if done {
+		return ctrlkit.NoRequeue()
+	}
+	w.expired = true
+	for _, t := range w.mine {
+		if t.Status.State.Final() {
+			continue
+		}
+		w.stopped++
+		if _, err := deleteDependent(ctx, w.r.Client, w.r.APIReader, t, g.UID); err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("delete Task "+t.Name+" past the group's deadline", err)
+		}
+	}
+	w.stopped += len(w.terminating)
+	return ctrlkit.NoRequeue()
+}
+
+func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
+	var list batchv1.TaskList
+	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelTaskGroup: kname.LabelValue(w.name)}); err != nil {
+		return ctrlkit.RequeueIfErrorAndWrap("list Tasks", err)
+	}
+	w.mine, w.terminating = map[int]*batchv1.Task{}, map[int]bool{}
+	for i := range list.Items {
+		t := &list.Items[i]
+		owner := controllerOf(t)
+		if owner == nil || owner.Kind != "TaskGroup" || owner.Name != w.name {
+			continue // a name-alike's task
+		}
+		idx, err := strconv.Atoi(t.Labels[batchv1.LabelIndex])
+		if w.group == nil || owner.UID != w.group.UID || err != nil || idx < 0 || idx >= int(w.group.Spec.Count) {
+			w.unwanted = append(w.unwanted, t)
+			continue
+		}
+		if t.DeletionTimestamp != nil {
+			// Its replacement is made once it is gone (a finalizer may
+			// hold it while its hub cancels the process).
+			w.terminating[idx] = true
+			continue
+		}
+		w.mine[idx] = t
+	}
+	return ctrlkit.NoRequeue()
+}
+
+func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error) {
+	for _, t := range w.unwanted {
+		if t.DeletionTimestamp != nil {
+			continue
+		}
+		deleted, err := deleteDependent(ctx, w.r.Client, w.r.APIReader, t, controllerOf(t).UID)
+		if err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("delete Task "+t.Name, err)
+		}
+		if deleted {
+			log.FromContext(ctx).Info("deleted task", "Task", t.Name, "state", t.Status.State)
+			if w.group != nil && w.r.Recorder != nil && t.Status.State.Holds() {
+				// A running process is stopped: say why, on the group.
+				w.r.Recorder.Eventf(w.group, nil, corev1.EventTypeNormal, "ScaledDown", "Delete",
+					"deleted task %s (%s on node %s): not one of the group's %d tasks any more", t.Name, t.Status.State, t.Status.NodeName, w.group.Spec.Count)
+			}
+		}
+	}
+	return ctrlkit.NoRequeue()
+}
+
+func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) {
+	g := w.group
+	if w.expired {
+		return ctrlkit.NoRequeue()
+	}
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(8)
+	var missing []*batchv1.Task
+	for i := range int(g.Spec.Count) {
+		if w.mine[i] != nil || w.terminating[i] {
+			continue
+		}
+		t, err := newTask(g, i, w.r.Client.Scheme())
+		if err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
+		}
+		missing = append(missing, t)
+		w.mine[i] = t // counted as Pending
+	}
+	for _, t := range missing {
+		eg.Go(func() error {
+			// AlreadyExists: the cache has not seen it yet.
+			err := w.r.Client.Create(ectx, t)
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				w.stale.Store(true)
+			case err != nil:
+				return fmt.Errorf("create Task %s: %w", t.Name, err)
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return ctrlkit.RequeueIfError(err)
+	}
+	return ctrlkit.NoRequeue()
+}
+
+// newTask is task index of group g.
+func newTask(g *batchv1.TaskGroup, index int, scheme *runtime.Scheme) (*batchv1.Task, error) {
+	labels := map[string]string{}
+	maps.Copy(labels, g.Spec.Template.Labels)
+	maps.Copy(labels, g.Spec.Template.Metadata.Labels)
+	labels[batchv1.LabelTaskGroup] = kname.LabelValue(g.Name)
+	labels[batchv1.LabelIndex] = strconv.Itoa(index)
+	if j := g.Labels[batchv1.LabelFleetJob]; j != "" {
+		labels[batchv1.LabelFleetJob] = j
+	}
+	t := &batchv1.Task{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.Name, index), Namespace: g.Namespace, Labels: labels,
+			Annotations: maps.Clone(g.Spec.Template.Metadata.Annotations)},
+		Spec: *g.Spec.Template.Spec.DeepCopy(),
+	}
+	return t, controllerutil.SetControllerReference(g, t, scheme)
+}
+
+func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
+	g := w.group
+	if w.stale.Load() {
+		return ctrlkit.NoRequeue()
+	}
+	var c batchv1.TaskCounts
+	for i := range int(g.Spec.Count) {
+		t := w.mine[i]
+		switch {
+		case w.expired && (t == nil || !t.Status.State.Final()):
+			// Stopped at the deadline (or never made): failed.
+			addState(&c, batchv1.TaskFailed)
+		case t != nil:
+			addState(&c, countedState(t))
+		}
+	}
+	before := g.Status.DeepCopy()
+	st := &g.Status
+	st.Counts = c
+	st.Phase = phaseOf(c, g.Spec.Count, before.Phase)
+	st.ObservedGeneration = g.Generation
+	complete := completeCondition(st.Phase, c, g.Spec.Count, g.Generation)
+	if w.expired {
+		st.Phase = batchv1.GroupFailed
+		complete = completeCondition(st.Phase, c, g.Spec.Count, g.Generation)
+		complete.Reason = batchv1.ReasonDeadlineExceeded
+		complete.Message = fmt.Sprintf("active for more than activeDeadlineSeconds (%ds): %d unfinished tasks stopped; %s",
+			*g.Spec.ActiveDeadlineSeconds, w.stopped, complete.Message)
+	}
+	setPhaseConditions(&st.Conditions, st.Phase, complete)
+	if equality.Semantic.DeepEqual(before, st) {
+		return w.requeueAtDeadline()
+	}
+	if err := w.r.Client.Status().Update(ctx, g); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return ctrlkit.Exit() // the newer version brings us back
+		}
+		return ctrlkit.RequeueIfErrorAndWrap("update TaskGroup status", err)
+	}
+	phaseEvent(w.r.Recorder, g, before.Phase, st.Phase, st.Conditions)
+	return w.requeueAtDeadline()
+}
+
+// requeueAtDeadline looks at the group again when its deadline passes, if
+// it has one to come.
+func (w *groupRun) requeueAtDeadline() (reconcile.Result, error) {
+	if w.untilDeadline > 0 && !w.group.Status.Phase.Final() {
+		return ctrlkit.RequeueAfter(w.untilDeadline)
+	}
+	return ctrlkit.NoRequeue()
+}
+
+// phaseEvent announces a group's or job's phase change.
+func phaseEvent(rec events.EventRecorder, obj client.Object, from, to batchv1.GroupPhase, conds []metav1.Condition) {
+	if rec == nil || from == to || to == batchv1.GroupPending {
+		return
+	}
+	note := ""
+	for _, c := range conds {
+		if c.Type == ConditionComplete {
+			note = c.Message
+		}
+	}
+	typ := corev1.EventTypeNormal
+	if to == batchv1.GroupFailed {
+		typ = corev1.EventTypeWarning
+	}
+	rec.Eventf(obj, nil, typ, string(to), "Phase", "%s", note)
+}
