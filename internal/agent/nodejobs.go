@@ -60,7 +60,9 @@ type resumingFlow struct {
 	resume func(ctx context.Context, uid string, report reportFunc) (string, string)
 }
 
-func (r resumingFlow) Run(ctx context.Context, w store.Work) (string, string) { return r.run.Run(ctx, w) }
+func (r resumingFlow) Run(ctx context.Context, w store.Work) (string, string) {
+	return r.run.Run(ctx, w)
+}
 
 func (r resumingFlow) RunReporting(ctx context.Context, w store.Work, env Env) (string, string, string) {
 	return r.run.RunReporting(ctx, w, env)
