@@ -295,6 +295,3 @@ func (s *Step) Wait(ctx context.Context, reason string) error {
 	}
 	return nil
 }
-
-// Clock is the runner's clock.
-func (s *Step) Clock() clock.Clock { return s.r.clock }
