@@ -4,11 +4,11 @@
 // container runtime can still be prepared; each image is retried with
 // backoff and reported on its own.
 //
-// Each action's state is persisted in the agent DB before and after it runs
-// (store.Action rows), as in package upgrade: a finished action is never run
-// again, only re-reported if its report was lost; an interrupted one runs
-// again (both are safe to repeat: pulling an image already in the layout
-// only re-reads its manifest).
+// The flow runs on the agent's action-flow runner (internal/agent/runner),
+// which persists each action's state in the agent DB before and after it
+// runs: a finished action is never run again, only re-reported if its
+// report was lost; an interrupted one runs again (both are safe to repeat:
+// pulling an image already in the layout only re-reads its manifest).
 //
 // Credentials come from the spec (the job's Secret, per registry host) and
 // are never logged or reported. Nothing here imports k8s.io.
@@ -34,6 +34,8 @@ import (
 
 	"github.com/drover-fleet/drover/internal/agent/checks"
 	"github.com/drover-fleet/drover/internal/agent/registryauth"
+	"github.com/drover-fleet/drover/internal/agent/runner"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
@@ -41,7 +43,7 @@ import (
 // Reporter sends one action report to the hub (through the agent's durable
 // outbox); it has the same shape as upgrade.Reporter, so one func serves
 // both. phase is the work item's phase after the action.
-type Reporter func(ctx context.Context, phase string, r nodejobwire.Report) error
+type Reporter = func(ctx context.Context, phase string, r nodejobwire.Report) error
 
 // Defaults.
 const (
@@ -70,8 +72,8 @@ type Runner struct {
 	Check func(ctx context.Context, c nodejobwire.Checks, dir string) error
 	// Logger; default discard.
 	Logger *slog.Logger
-	// Now stamps reports; default time.Now.
-	Now func() time.Time
+	// Clock stamps reports and times retries; default clock.Real().
+	Clock clock.Clock
 }
 
 func (r *Runner) setup() error {
@@ -90,101 +92,67 @@ func (r *Runner) setup() error {
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
-	if r.Now == nil {
-		r.Now = time.Now
-	}
+	r.Clock = clock.Or(r.Clock)
 	return nil
 }
 
 // Run runs (or resumes) the flow of work item uid with spec (the JSON of a
-// nodejobwire.PrePullSpec) and returns nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed with
-// a reason. Called again for the same uid, it does not repeat a finished
-// action.
+// nodejobwire.PrePullSpec) and returns nodejobwire.PhaseSucceeded or
+// nodejobwire.PhaseFailed with a reason. Called again for the same uid, it
+// does not repeat a finished action.
 func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Reporter) (phase, reason string) {
 	if err := r.setup(); err != nil {
+		return nodejobwire.PhaseFailed, err.Error()
+	}
+	fr, err := runner.New(runner.Options{Store: r.DB, Clock: r.Clock})
+	if err != nil {
 		return nodejobwire.PhaseFailed, err.Error()
 	}
 	s, specErr := nodejobwire.DecodePrePull(spec)
 	if specErr != nil {
 		specErr = fmt.Errorf("invalid spec: %w", specErr)
 	}
-	rows, err := r.DB.Actions(ctx, uid)
+	// Both actions are safe to repeat: no Resume, an interrupted one runs
+	// again.
+	actions := runner.Actions{
+		nodejobwire.Check: runner.ActionFunc(func(ctx context.Context, _ *runner.Step) (runner.Outcome, error) {
+			return r.check(ctx, s, specErr), nil
+		}),
+		nodejobwire.Pull: runner.ActionFunc(func(ctx context.Context, _ *runner.Step) (runner.Outcome, error) {
+			if specErr != nil {
+				return runner.Fail(specErr.Error(), nil), nil
+			}
+			return r.pull(ctx, s), nil
+		}),
+	}
+	end, err := fr.Run(ctx, uid, nodejobwire.PrePullFlow(), actions, func(ctx context.Context, rep runner.Report) error {
+		w := nodejobwire.Report{Action: rep.Action, Success: rep.Success, Running: rep.Waiting, Reason: rep.Reason, Time: rep.Time}
+		if len(rep.Data) > 0 {
+			_ = json.Unmarshal(rep.Data, &w.Images) // our own JSON
+		}
+		return report(ctx, rep.Phase(), w)
+	})
 	if err != nil {
 		return nodejobwire.PhaseFailed, err.Error()
 	}
-	done := map[string]store.Action{}
-	for _, a := range rows {
-		done[a.Action] = a
-	}
-	for a := nodejobwire.PrePullFlow().First; a != nil; {
-		row, seen := done[a.Name]
-		if !seen || row.State == store.ActionRunning {
-			// Before the action: a crash from here on finds it Running and
-			// runs it again.
-			if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: a.Name, State: store.ActionRunning}); err != nil {
-				return nodejobwire.PhaseFailed, err.Error()
-			}
-			success, reason, images := r.do(ctx, a.Name, s, specErr)
-			if ctx.Err() != nil {
-				// Interrupted (the agent stops, or the item was cancelled):
-				// record no end, so that a later run does it again.
-				return nodejobwire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
-			}
-			row = store.Action{UID: uid, Action: a.Name, State: store.ActionFailed, Reason: reason}
-			if success {
-				row.State = store.ActionSucceeded
-			}
-			if images != nil {
-				row.Data, _ = json.Marshal(images) // plain structs: cannot fail
-			}
-			if err := r.DB.SetAction(ctx, row); err != nil {
-				return nodejobwire.PhaseFailed, err.Error()
-			}
-		}
-		success := row.State == store.ActionSucceeded
-		res := nodejobwire.After(a, success)
-		phase := map[nodejobwire.Result]string{nodejobwire.Running: nodejobwire.PhaseRunning, nodejobwire.Succeeded: nodejobwire.PhaseSucceeded, nodejobwire.Failed: nodejobwire.PhaseFailed}[res]
-		if !row.Reported {
-			rep := nodejobwire.Report{Action: a.Name, Success: success, Reason: row.Reason, Time: r.Now()}
-			if len(row.Data) > 0 {
-				_ = json.Unmarshal(row.Data, &rep.Images) // our own JSON
-			}
-			if err := report(ctx, phase, rep); err != nil {
-				return nodejobwire.PhaseFailed, fmt.Sprintf("report %s: %v", a.Name, err)
-			}
-			if err := r.DB.MarkActionReported(ctx, uid, a.Name); err != nil {
-				return nodejobwire.PhaseFailed, err.Error()
-			}
-		}
-		if res != nodejobwire.Running {
-			return phase, row.Reason
-		}
-		a = a.Next(success)
-	}
-	return nodejobwire.PhaseFailed, "empty flow" // cannot happen: flows have a first action
+	return end.Phase(), end.Reason
 }
 
-func (r *Runner) do(ctx context.Context, action string, s nodejobwire.PrePullSpec, specErr error) (bool, string, []nodejobwire.ImageResult) {
+func (r *Runner) check(ctx context.Context, s nodejobwire.PrePullSpec, specErr error) runner.Outcome {
 	if specErr != nil {
-		return false, specErr.Error(), nil
+		return runner.Fail(specErr.Error(), nil)
 	}
-	switch action {
-	case nodejobwire.Check:
-		if err := os.MkdirAll(r.StoreDir, 0o755); err != nil {
-			return false, fmt.Sprintf("create image store %s: %v", r.StoreDir, err), nil
-		}
-		if err := r.Check(ctx, s.Checks, r.StoreDir); err != nil {
-			return false, err.Error(), nil
-		}
-		return true, "checks passed", nil
-	case nodejobwire.Pull:
-		return r.pull(ctx, s)
+	if err := os.MkdirAll(r.StoreDir, 0o755); err != nil {
+		return runner.Fail(fmt.Sprintf("create image store %s: %v", r.StoreDir, err), nil)
 	}
-	return false, fmt.Sprintf("unknown action %q", action), nil
+	if err := r.Check(ctx, s.Checks, r.StoreDir); err != nil {
+		return runner.Fail(err.Error(), nil)
+	}
+	return runner.OK("checks passed", nil)
 }
 
 // pull pulls every image of s, in order, each with its retries.
-func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) (bool, string, []nodejobwire.ImageResult) {
+func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) runner.Outcome {
 	timeout := DefaultTimeout
 	if s.TimeoutSeconds > 0 {
 		timeout = time.Duration(s.TimeoutSeconds) * time.Second
@@ -193,7 +161,7 @@ func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) (bool, str
 	defer cancel()
 	lp, err := openLayout(r.StoreDir)
 	if err != nil {
-		return false, fmt.Sprintf("open image store %s: %v", r.StoreDir, err), nil
+		return runner.Fail(fmt.Sprintf("open image store %s: %v", r.StoreDir, err), nil)
 	}
 	results := make([]nodejobwire.ImageResult, 0, len(s.Images))
 	var failed []string
@@ -210,10 +178,11 @@ func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) (bool, str
 		}
 		results = append(results, res)
 	}
+	data, _ := json.Marshal(results) // plain structs: cannot fail
 	if len(failed) > 0 {
-		return false, fmt.Sprintf("%d of %d images failed: %s", len(failed), len(s.Images), strings.Join(failed, "; ")), results
+		return runner.Fail(fmt.Sprintf("%d of %d images failed: %s", len(failed), len(s.Images), strings.Join(failed, "; ")), data)
 	}
-	return true, fmt.Sprintf("pulled %d images", len(s.Images)), results
+	return runner.OK(fmt.Sprintf("pulled %d images", len(s.Images)), data)
 }
 
 // openLayout opens the OCI layout at dir, creating an empty one.
@@ -248,12 +217,12 @@ func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s no
 			return err
 		}
 		r.Logger.Info("pre-pull: retrying", "image", image, "attempt", attempt+1, "err", err)
-		t := time.NewTimer(wait)
+		t := r.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("%w (interrupted before retry %d: %v)", err, attempt+1, ctx.Err())
-		case <-t.C:
+		case <-t.Chan():
 		}
 		wait = min(2*wait, MaxBackoff)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // helperEnv makes the test binary act as an agent process that runs one
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
 	}
-	os.Exit(m.Run())
+	testkit.VerifyNoLeaks(m)
 }
 
 // helperMain upgrades the binary at $EXE from $URL and re-execs it as

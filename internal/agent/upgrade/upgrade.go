@@ -5,12 +5,13 @@
 // # Why
 //
 // An agent that replaces its own binary must survive its own restart in the
-// middle of the flow, and a crash at any point. So every action's state is
-// persisted in the agent DB (store.Action rows) before and after it runs; a
-// finished action is never run again, only re-reported if its report did not
-// reach the outbox; and an interrupted one is resumed (Check, BackUp and
-// RollBack are safe to repeat) or, for an Upgrade interrupted before its
-// swap, failed so that RollBack runs.
+// middle of the flow, and a crash at any point. The flow runs on the
+// agent's action-flow runner (internal/agent/runner), which records every
+// action before and after it runs: a finished action is never run again,
+// only re-reported if its report did not reach the outbox. Check,
+// WaitingConfirmation and BackUp change nothing and run again when cut
+// short; Upgrade and RollBack resume from what they saved (an Upgrade
+// interrupted before its swap fails, so that RollBack runs).
 //
 // # How
 //
@@ -19,22 +20,20 @@
 // `<new> --version` (argv, never a shell: DESIGN principle 6), copies it next
 // to the running executable, fsyncs and renames it over it, records the
 // pending upgrade (versions, backup, health deadline) and re-execs. The new
-// process calls Resume at start: once it is connected to a hub before the
-// deadline, Upgrade succeeded; otherwise it renames the backup back into
-// place, records the pending rollback and re-execs the old binary, whose
-// Resume reports RollBack and ends the flow Failed.
+// process resumes the flow at start: once it is connected to a hub before
+// the deadline, Upgrade succeeded; otherwise it renames the backup back into
+// place, records the pending rollback and re-execs the old binary, which
+// resumes the flow, reports RollBack and ends it Failed.
 //
 // # Wiring (the agent core)
 //
-// At start, after opening the DB: uids, _ := r.Interrupted(ctx) are the
-// upgrade items a restart cut short (or that restarted on purpose); the core
-// must neither fail nor re-run them, and runs go r.Resume(ctx, reporterFor) once
-// its connection loop is started (r.Connected blocks until connected;
-// reporterFor(uid) is the item's Reporter), then
-// records each Result as the item's end. Per work item of type
-// nodejobwire.TypeUpgrade it calls r.Run(ctx, w.UID, w.Spec, report); items of
-// type nodejobwire.TypeConfirm need a runner that just succeeds (Run finds them in
-// the DB by uid while it waits at WaitingConfirmation).
+// Per work item of type nodejobwire.TypeUpgrade the core calls
+// r.Run(ctx, w.UID, w.Spec, report); for an item it finds Running at its
+// start, r.ResumeItem(ctx, w.UID, report) (r.Connected blocks until the
+// agent is connected). Resume does the same for every flow Interrupted
+// lists, items or not. Items of type nodejobwire.TypeConfirm need a runner
+// that just succeeds (Run finds them in the DB by uid while it waits at
+// WaitingConfirmation).
 //
 // # What not
 //
@@ -56,6 +55,8 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/checks"
+	"github.com/drover-fleet/drover/internal/agent/runner"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 )
@@ -64,7 +65,7 @@ import (
 // outbox). phase is the work item's phase after the action: nodejobwire.PhaseRunning
 // while the flow goes on, else nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed. A nil
 // error means the report is durable.
-type Reporter func(ctx context.Context, phase string, r nodejobwire.Report) error
+type Reporter = func(ctx context.Context, phase string, r nodejobwire.Report) error
 
 // Defaults.
 const (
@@ -119,8 +120,9 @@ type Runner struct {
 	Check func(ctx context.Context, c nodejobwire.Checks, dir string) error
 	// Logger; default discard.
 	Logger *slog.Logger
-	// Now is the clock of reports and deadlines; default time.Now.
-	Now func() time.Time
+	// Clock is the clock of reports, deadlines and confirmation polls;
+	// default clock.Real().
+	Clock clock.Clock
 }
 
 func (r *Runner) setup() error {
@@ -158,9 +160,7 @@ func (r *Runner) setup() error {
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
-	if r.Now == nil {
-		r.Now = time.Now
-	}
+	r.Clock = clock.Or(r.Clock)
 	return nil
 }
 
@@ -204,22 +204,6 @@ func (p pending) encode() []byte {
 	return b
 }
 
-// outcome is one action's end, or a stop of the flow (stop=true: the
-// flow waits and Run returns phase/reason without recording an end).
-type outcome struct {
-	success bool
-	reason  string
-	data    []byte
-	stop    bool
-	phase   string
-}
-
-func ok(reason string, data []byte) outcome {
-	return outcome{success: true, reason: reason, data: data}
-}
-func bad(reason string, data []byte) outcome { return outcome{reason: reason, data: data} }
-func stop(phase, reason string) outcome      { return outcome{stop: true, phase: phase, reason: reason} }
-
 // Run runs (or resumes) the flow of work item uid with spec (the JSON of a
 // nodejobwire.UpgradeSpec) and returns nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed
 // with a reason. At WaitingConfirmation it blocks until the hub's
@@ -240,223 +224,66 @@ func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Report
 	if err != nil {
 		err = fmt.Errorf("invalid spec: %w", err)
 	}
-	return r.run(ctx, uid, f, s, err, report)
+	return r.run(ctx, uid, f, &job{r: r, s: s, specErr: err}, report)
 }
 
-// run walks f for uid. specErr, when set, fails any action that needs the
-// spec (an invalid spec, or none when Resume finishes a flow).
-func (r *Runner) run(ctx context.Context, uid string, f *nodejobwire.Flow, s nodejobwire.UpgradeSpec, specErr error, report Reporter) (string, string) {
-	rows, err := r.DB.Actions(ctx, uid)
+// run runs f for uid on the action-flow runner.
+func (r *Runner) run(ctx context.Context, uid string, f *nodejobwire.Flow, j *job, report Reporter) (string, string) {
+	fr, err := runner.New(runner.Options{Store: r.DB, Clock: r.Clock})
 	if err != nil {
 		return nodejobwire.PhaseFailed, err.Error()
 	}
-	done := map[string]store.Action{}
-	for _, a := range rows {
-		done[a.Action] = a
+	end, err := fr.Run(ctx, uid, f, j.actions(), func(ctx context.Context, rep runner.Report) error {
+		return report(ctx, rep.Phase(), wireReport(rep))
+	})
+	if err != nil {
+		return nodejobwire.PhaseFailed, err.Error()
 	}
-	for a := f.First; a != nil; {
-		row, seen := done[a.Name]
-		var out outcome
-		if seen && row.State != store.ActionRunning {
-			out = outcome{success: row.State == store.ActionSucceeded, reason: row.Reason, data: row.Data}
-		} else {
-			if !seen {
-				// Before the action: a crash from here on finds it Running.
-				row = store.Action{UID: uid, Action: a.Name, State: store.ActionRunning}
-				if err := r.DB.SetAction(ctx, row); err != nil {
-					return nodejobwire.PhaseFailed, err.Error()
-				}
-			}
-			out = r.do(ctx, uid, a.Name, seen, done, s, specErr, report)
-			if out.stop {
-				return out.phase, out.reason
-			}
-			if ctx.Err() != nil {
-				// Interrupted (the agent stops, or the item was cancelled):
-				// record no end. The action stays Running, so the next start's
-				// Resume finishes it as after a crash (an Upgrade cut short
-				// before its swap goes to RollBack).
-				return nodejobwire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", a.Name, context.Cause(ctx))
-			}
-			state := store.ActionFailed
-			if out.success {
-				state = store.ActionSucceeded
-			}
-			row = store.Action{UID: uid, Action: a.Name, State: state, Reason: out.reason, Data: out.data}
-			// After the action, before its report: a crash from here on
-			// finds it ended and only re-reports it.
-			if err := r.DB.SetAction(context.WithoutCancel(ctx), row); err != nil {
-				return nodejobwire.PhaseFailed, err.Error()
-			}
-			done[a.Name] = row
-		}
-		res := nodejobwire.After(a, out.success)
-		phase := map[nodejobwire.Result]string{nodejobwire.Running: nodejobwire.PhaseRunning, nodejobwire.Succeeded: nodejobwire.PhaseSucceeded, nodejobwire.Failed: nodejobwire.PhaseFailed}[res]
-		if !row.Reported {
-			if err := report(ctx, phase, r.report(a.Name, out)); err != nil {
-				return nodejobwire.PhaseFailed, fmt.Sprintf("report %s: %v", a.Name, err)
-			}
-			if err := r.DB.MarkActionReported(context.WithoutCancel(ctx), uid, a.Name); err != nil {
-				return nodejobwire.PhaseFailed, err.Error()
-			}
-		}
-		if res != nodejobwire.Running {
-			return phase, out.reason
-		}
-		a = a.Next(out.success)
-	}
-	return nodejobwire.PhaseFailed, "empty flow" // cannot happen: flows have a first action
+	return end.Phase(), end.Reason
 }
 
-// report is the wire report of an action's end.
-func (r *Runner) report(action string, out outcome) nodejobwire.Report {
-	rep := nodejobwire.Report{Action: action, Success: out.success, Reason: out.reason, Time: r.Now()}
-	p := decodePending(out.data)
+// wireReport is the wire report of a runner report.
+func wireReport(rep runner.Report) nodejobwire.Report {
+	w := nodejobwire.Report{Action: rep.Action, Success: rep.Success, Running: rep.Waiting, Reason: rep.Reason, Time: rep.Time}
+	p := decodePending(rep.Data)
 	switch {
-	case action == nodejobwire.Upgrade && out.success:
-		rep.CurrentVersion, rep.HistoricVersion = p.To, p.From
-	case action == nodejobwire.RollBack && out.success:
-		rep.CurrentVersion, rep.HistoricVersion = p.From, p.To
+	case rep.Action == nodejobwire.Upgrade && rep.Success:
+		w.CurrentVersion, w.HistoricVersion = p.To, p.From
+	case rep.Action == nodejobwire.RollBack && rep.Success:
+		w.CurrentVersion, w.HistoricVersion = p.From, p.To
 	}
-	return rep
-}
-
-// do runs one action. interrupted says it was recorded Running before this
-// call (a restart cut it short, or it waits); done holds the flow's records.
-func (r *Runner) do(ctx context.Context, uid, action string, interrupted bool, done map[string]store.Action,
-	s nodejobwire.UpgradeSpec, specErr error, report Reporter) outcome {
-	row := done[action]
-	switch action {
-	case nodejobwire.Check:
-		if specErr != nil {
-			return bad(specErr.Error(), nil)
-		}
-		if err := r.Check(ctx, s.Checks, r.StateDir); err != nil {
-			return bad(err.Error(), nil)
-		}
-		return ok("checks passed", nil)
-
-	case nodejobwire.WaitingConfirmation:
-		if specErr != nil {
-			return bad(specErr.Error(), nil)
-		}
-		return r.waitConfirmation(ctx, uid, s, report)
-
-	case nodejobwire.BackUp:
-		if specErr != nil {
-			return bad(specErr.Error(), nil)
-		}
-		backup := filepath.Join(r.StateDir, "backup", "drover-agent-"+fileSafe(r.CurrentVersion))
-		p := pending{From: r.CurrentVersion, To: s.Version, Backup: backup, Executable: r.Executable}
-		if err := install(r.Executable, backup, 0o755); err != nil {
-			return bad(fmt.Sprintf("back up %s: %v", r.Executable, err), p.encode())
-		}
-		return ok(fmt.Sprintf("backed up %s to %s", r.CurrentVersion, backup), p.encode())
-
-	case nodejobwire.Upgrade:
-		p := decodePending(done[nodejobwire.BackUp].Data)
-		if interrupted {
-			p = decodePending(row.Data)
-		}
-		switch {
-		case p.Stage == stageSwapped:
-			return r.confirm(ctx, uid, p)
-		case interrupted:
-			// Restarted before the swap: the running binary is still the old
-			// one. Failing sends the flow to RollBack, which checks that.
-			return bad(fmt.Sprintf("the agent restarted during the upgrade to %s, before the new binary was in place", p.To), p.encode())
-		}
-		if specErr != nil {
-			return bad(specErr.Error(), p.encode())
-		}
-		return r.upgrade(ctx, uid, s, p)
-
-	case nodejobwire.RollBack:
-		p := decodePending(done[nodejobwire.Upgrade].Data)
-		p.Why = done[nodejobwire.Upgrade].Reason
-		if interrupted {
-			if q := decodePending(row.Data); q.Stage == stageRestored {
-				p = q
-			}
-		}
-		return r.rollBack(ctx, uid, p)
-	}
-	return bad(fmt.Sprintf("unknown action %q", action), nil)
-}
-
-// waitConfirmation holds the flow until the job is confirmed for this node:
-// the hub dispatches an item with uid nodejobwire.ConfirmUID(uid), which the agent
-// stores while this item runs (or a spec says Confirmed). It polls the DB
-// every ConfirmPoll, for at most ConfirmTimeout.
-func (r *Runner) waitConfirmation(ctx context.Context, uid string, s nodejobwire.UpgradeSpec, report Reporter) outcome {
-	confirmed := func() (bool, error) {
-		if s.Confirmed {
-			return true, nil
-		}
-		_, found, err := r.DB.Work(ctx, nodejobwire.ConfirmUID(uid))
-		return found, err
-	}
-	if yes, err := confirmed(); err != nil || yes {
-		if err != nil {
-			return stop(nodejobwire.PhaseFailed, err.Error())
-		}
-		return ok("confirmed", nil)
-	}
-	rep := nodejobwire.Report{Action: nodejobwire.WaitingConfirmation, Success: true, Running: true, Reason: "waiting for confirmation", Time: r.Now()}
-	if err := report(ctx, nodejobwire.PhaseRunning, rep); err != nil {
-		return stop(nodejobwire.PhaseFailed, fmt.Sprintf("report %s: %v", nodejobwire.WaitingConfirmation, err))
-	}
-	tick := time.NewTicker(r.ConfirmPoll)
-	defer tick.Stop()
-	limit := time.NewTimer(r.ConfirmTimeout)
-	defer limit.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			// No end recorded: a later Run waits again.
-			return stop(nodejobwire.PhaseFailed, fmt.Sprintf("%s interrupted: %v", nodejobwire.WaitingConfirmation, context.Cause(ctx)))
-		case <-limit.C:
-			return bad(fmt.Sprintf("not confirmed within %s", r.ConfirmTimeout), nil)
-		case <-tick.C:
-			yes, err := confirmed()
-			if err != nil && ctx.Err() == nil {
-				return stop(nodejobwire.PhaseFailed, err.Error())
-			}
-			if yes {
-				return ok("confirmed", nil)
-			}
-		}
-	}
+	return w
 }
 
 // upgrade fetches, verifies, probes and swaps in the new binary, then
 // re-execs it.
-func (r *Runner) upgrade(ctx context.Context, uid string, s nodejobwire.UpgradeSpec, p pending) outcome {
+func (r *Runner) upgrade(ctx context.Context, st *runner.Step, s nodejobwire.UpgradeSpec, p pending) (runner.Outcome, error) {
+	uid := st.UID
 	p.Stage = stageDownload
 	p.Download = filepath.Join(r.StateDir, "download", "drover-agent-"+fileSafe(s.Version))
-	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()}); err != nil {
-		return bad(err.Error(), p.encode())
+	if err := st.Save(ctx, p.encode()); err != nil {
+		return runner.Fail(err.Error(), p.encode()), nil
 	}
 	timeout := DefaultDownloadTimeout
 	if s.TimeoutSeconds > 0 {
 		timeout = time.Duration(s.TimeoutSeconds) * time.Second
 	}
 	if err := r.fetch(ctx, s, p.Download, timeout); err != nil {
-		return bad(err.Error(), p.encode())
+		return runner.Fail(err.Error(), p.encode()), nil
 	}
 	if err := probe(ctx, p.Download, s.Version); err != nil {
-		return bad(err.Error(), p.encode())
+		return runner.Fail(err.Error(), p.encode()), nil
 	}
 	// Record the swap before it happens: a restart after the rename finds
 	// "swapped" and confirms or rolls back; one before it finds the old
 	// version running, which confirm treats as a failed upgrade.
 	p.Stage = stageSwapped
-	p.Deadline = r.Now().Add(r.HealthTimeout)
-	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()}); err != nil {
-		return bad(err.Error(), p.encode())
+	p.Deadline = r.Clock.Now().Add(r.HealthTimeout)
+	if err := st.Save(ctx, p.encode()); err != nil {
+		return runner.Fail(err.Error(), p.encode()), nil
 	}
 	if err := install(p.Download, r.Executable, 0o755); err != nil {
-		return bad(fmt.Sprintf("install %s: %v", s.Version, err), p.encode())
+		return runner.Fail(fmt.Sprintf("install %s: %v", s.Version, err), p.encode()), nil
 	}
 	r.Logger.Info("upgrade: restarting as the new version", "uid", uid, "from", p.From, "to", p.To)
 	if err := r.Exec(r.Executable, r.Args, os.Environ()); err != nil {
@@ -465,16 +292,16 @@ func (r *Runner) upgrade(ctx context.Context, uid string, s nodejobwire.UpgradeS
 			err = fmt.Errorf("%w; restore %s: %v", err, p.From, rerr)
 		}
 		p.Stage = stageDownload // the old binary is back in place
-		return bad(err.Error(), p.encode())
+		return runner.Fail(err.Error(), p.encode()), nil
 	}
-	return stop(nodejobwire.PhaseRunning, fmt.Sprintf("restarting as %s", p.To))
+	return runner.Outcome{}, &runner.Unfinished{Reason: fmt.Sprintf("restarting as %s", p.To)}
 }
 
 // confirm runs in the process started by the swap: Upgrade succeeds once it
 // is connected to a hub before the deadline.
-func (r *Runner) confirm(ctx context.Context, uid string, p pending) outcome {
+func (r *Runner) confirm(ctx context.Context, uid string, p pending) (runner.Outcome, error) {
 	if r.CurrentVersion != p.To {
-		return bad(fmt.Sprintf("the agent restarted as %s, not %s", r.CurrentVersion, p.To), p.encode())
+		return runner.Fail(fmt.Sprintf("the agent restarted as %s, not %s", r.CurrentVersion, p.To), p.encode()), nil
 	}
 	why := ""
 	if r.Connected == nil {
@@ -486,54 +313,55 @@ func (r *Runner) confirm(ctx context.Context, uid string, p pending) outcome {
 		switch {
 		case err == nil:
 			_ = os.Remove(p.Download) // installed; the backup stays for a later rollback
-			return ok(fmt.Sprintf("upgraded from %s to %s", p.From, p.To), p.encode())
+			return runner.OK(fmt.Sprintf("upgraded from %s to %s", p.From, p.To), p.encode()), nil
 		case ctx.Err() != nil:
-			return stop(nodejobwire.PhaseRunning, fmt.Sprintf("interrupted while waiting for %s to connect", p.To))
+			return runner.Outcome{}, &runner.Unfinished{Reason: fmt.Sprintf("interrupted while waiting for %s to connect", p.To)}
 		default:
 			why = fmt.Sprintf("%s did not connect to a hub within %s: %v", p.To, r.HealthTimeout, err)
 		}
 	}
 	r.Logger.Warn("upgrade: new version unhealthy", "uid", uid, "why", why)
-	return bad(why, p.encode())
+	return runner.Fail(why, p.encode()), nil
 }
 
 // rollBack makes the old binary the running one again.
-func (r *Runner) rollBack(ctx context.Context, uid string, p pending) outcome {
+func (r *Runner) rollBack(ctx context.Context, st *runner.Step, p pending) (runner.Outcome, error) {
+	uid := st.UID
 	reason := fmt.Sprintf("upgrade to %s failed: %s; rolled back to %s", p.To, p.Why, p.From)
 	if p.Stage == stageRestored {
 		if r.CurrentVersion != p.From {
-			return bad(fmt.Sprintf("rolled back to %s, but the agent runs %s (upgrade to %s failed: %s)", p.From, r.CurrentVersion, p.To, p.Why), p.encode())
+			return runner.Fail(fmt.Sprintf("rolled back to %s, but the agent runs %s (upgrade to %s failed: %s)", p.From, r.CurrentVersion, p.To, p.Why), p.encode()), nil
 		}
-		return ok(reason, p.encode())
+		return runner.OK(reason, p.encode()), nil
 	}
 	if p.Backup == "" || p.Executable == "" {
-		return bad(fmt.Sprintf("upgrade to %s failed: %s; no backup recorded to roll back to", p.To, p.Why), p.encode())
+		return runner.Fail(fmt.Sprintf("upgrade to %s failed: %s; no backup recorded to roll back to", p.To, p.Why), p.encode()), nil
 	}
 	same, err := sameContent(p.Backup, p.Executable)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return bad(fmt.Sprintf("upgrade to %s failed: %s; roll back: %v", p.To, p.Why, err), p.encode())
+		return runner.Fail(fmt.Sprintf("upgrade to %s failed: %s; roll back: %v", p.To, p.Why, err), p.encode()), nil
 	}
 	if !same {
 		if err := install(p.Backup, p.Executable, 0o755); err != nil {
-			return bad(fmt.Sprintf("upgrade to %s failed: %s; restore %s: %v", p.To, p.Why, p.From, err), p.encode())
+			return runner.Fail(fmt.Sprintf("upgrade to %s failed: %s; restore %s: %v", p.To, p.Why, p.From, err), p.encode()), nil
 		}
 	}
 	if p.Download != "" {
 		_ = os.Remove(p.Download)
 	}
 	if r.CurrentVersion == p.From {
-		return ok(reason, p.encode()) // the old binary runs already
+		return runner.OK(reason, p.encode()), nil // the old binary runs already
 	}
 	// The new binary runs: restart as the old one, whose Resume ends this.
 	p.Stage = stageRestored
-	if err := r.DB.SetAction(ctx, store.Action{UID: uid, Action: nodejobwire.RollBack, State: store.ActionRunning, Data: p.encode()}); err != nil {
-		return bad(err.Error(), p.encode())
+	if err := st.Save(ctx, p.encode()); err != nil {
+		return runner.Fail(err.Error(), p.encode()), nil
 	}
 	r.Logger.Warn("upgrade: restarting as the old version", "uid", uid, "from", p.To, "to", p.From)
 	if err := r.Exec(p.Executable, r.Args, os.Environ()); err != nil {
-		return bad(fmt.Sprintf("upgrade to %s failed: %s; restored %s but could not start it: %v", p.To, p.Why, p.From, err), p.encode())
+		return runner.Fail(fmt.Sprintf("upgrade to %s failed: %s; restored %s but could not start it: %v", p.To, p.Why, p.From, err), p.encode()), nil
 	}
-	return stop(nodejobwire.PhaseRunning, fmt.Sprintf("restarting as %s", p.From))
+	return runner.Outcome{}, &runner.Unfinished{Reason: fmt.Sprintf("restarting as %s", p.From)}
 }
 
 // Interrupted returns the uids whose upgrade flow a restart interrupted
@@ -603,11 +431,35 @@ func (r *Runner) Resume(ctx context.Context, reporter func(uid string) Reporter)
 	}
 	var results []Result
 	for _, uid := range uids {
-		// No spec here: Check, WaitingConfirmation and BackUp, which need
-		// it, fail if they were the ones interrupted (nothing changed yet).
-		phase, reason := r.run(ctx, uid, nodejobwire.UpgradeFlow(false), nodejobwire.UpgradeSpec{},
-			errors.New("the agent restarted during this action"), reporter(uid))
+		phase, reason := r.resume(ctx, uid, reporter(uid))
 		results = append(results, Result{UID: uid, Phase: phase, Reason: reason})
 	}
 	return results, nil
+}
+
+// resume finishes uid's interrupted flow. No spec here: Check,
+// WaitingConfirmation and BackUp, which need it, fail if they were the ones
+// interrupted (nothing changed yet).
+func (r *Runner) resume(ctx context.Context, uid string, report Reporter) (string, string) {
+	return r.run(ctx, uid, nodejobwire.UpgradeFlow(false), &job{r: r, specErr: errors.New("the agent restarted during this action")}, report)
+}
+
+// ResumeItem is Resume for the one work item uid, which the agent found
+// Running at its start: it finishes the flow if a restart interrupted it,
+// and otherwise (it was waiting for a confirmation, or had not started an
+// action) fails it: the agent restarted before it changed anything.
+func (r *Runner) ResumeItem(ctx context.Context, uid string, report Reporter) (phase, reason string) {
+	if err := r.setup(); err != nil {
+		return nodejobwire.PhaseFailed, err.Error()
+	}
+	rows, err := r.DB.Actions(ctx, uid)
+	if err != nil {
+		return nodejobwire.PhaseFailed, "resume the upgrade: " + err.Error()
+	}
+	for _, a := range rows {
+		if a.State == store.ActionRunning && a.Action != nodejobwire.WaitingConfirmation {
+			return r.resume(ctx, uid, report)
+		}
+	}
+	return nodejobwire.PhaseFailed, "the agent restarted while the upgrade was running, before it changed anything"
 }

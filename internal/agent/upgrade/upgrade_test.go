@@ -742,3 +742,44 @@ func TestInterruptedDownloadRollsBackAtTheNextStart(t *testing.T) {
 		t.Errorf("the partial download is still there (stat: %v)", err)
 	}
 }
+
+// TestResumeItem is the agent core's view: one item found Running at start.
+func TestResumeItem(t *testing.T) {
+	old, _, _ := agents(t)
+	ctx := testCtx(t)
+	n := newNode(t, old)
+	backup := filepath.Join(n.state, "backup", "drover-agent-"+oldVersion)
+	if err := install(old.path, backup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := pending{Stage: stageDownload, From: oldVersion, To: newVersion, Backup: backup, Executable: n.exe}
+	rows := []store.Action{
+		{UID: "waiting", Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
+		{UID: "waiting", Action: nodejobwire.WaitingConfirmation, State: store.ActionRunning},
+		{UID: "cut", Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
+		{UID: "cut", Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true, Data: p.encode()},
+		{UID: "cut", Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()},
+	}
+	for _, a := range rows {
+		if err := n.db.SetAction(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := n.runner(oldVersion)
+	tests := []struct {
+		uid, phase, reason string
+		reports            []string
+	}{
+		{"waiting", nodejobwire.PhaseFailed, "the agent restarted while the upgrade was running, before it changed anything", nil},
+		{"never-started", nodejobwire.PhaseFailed, "the agent restarted while the upgrade was running, before it changed anything", nil},
+		{"cut", nodejobwire.PhaseFailed, "upgrade to v2.0.0 failed: the agent restarted during the upgrade to v2.0.0, before the new binary was in place; rolled back to v1.0.0",
+			[]string{"Upgrade failed Running", "RollBack ok Failed"}},
+	}
+	for _, tt := range tests {
+		phase, reason := r.ResumeItem(ctx, tt.uid, n.rec.report)
+		if phase != tt.phase || reason != tt.reason {
+			t.Errorf("ResumeItem(%s) = %s, %q; want %s, %q", tt.uid, phase, reason, tt.phase, tt.reason)
+		}
+		wantReports(t, n.rec.take(), tt.reports...)
+	}
+}
