@@ -81,8 +81,8 @@ func TestHubSetters(t *testing.T) {
 			node: revoked(connectedAt("hub-a")), set: func(n *fleetv1.FleetNode) Change { return SetDisconnected(n, "hub-a", now, timeout) },
 			wantPhase: online, wantHub: "hub-a", wantConds: []metav1.Condition{revokedAt("hub-a")}},
 		{name: "so does it on a node the manager already made Revoked",
-			node: revoked(node(fleetv1.FleetNodeRevoked, "hub-a", readyC(isTrue, fleetv1.ReasonConnected, "connected to hub hub-a"))),
-			set:  func(n *fleetv1.FleetNode) Change { return SetDisconnected(n, "hub-a", now, timeout) },
+			node:      revoked(node(fleetv1.FleetNodeRevoked, "hub-a", readyC(isTrue, fleetv1.ReasonConnected, "connected to hub hub-a"))),
+			set:       func(n *fleetv1.FleetNode) Change { return SetDisconnected(n, "hub-a", now, timeout) },
 			wantPhase: fleetv1.FleetNodeRevoked, wantHub: "hub-a", wantConds: []metav1.Condition{revokedAt("hub-a")}},
 
 		// Adopted after a restart, not connected within the grace.
