@@ -128,7 +128,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 	}
 	r := &running{mgr: mgr}
 	if withManager {
-		if err := manager.Setup(mgr, manager.Options{Namespace: c.namespace, OfflineTimeout: c.offlineTimeout,
+		if err := manager.Setup(mgr, manager.Options{
 			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true}); err != nil {
 			return nil, err
 		}

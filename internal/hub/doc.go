@@ -4,8 +4,10 @@
 // per-node revisions, and writes FleetNode status only on transitions.
 //
 // Any number of hubs may run against one API. Each holds a Lease named
-// drover-hub-<name> in the Drover namespace; the manager marks a hub's nodes
-// Offline only when that Lease has lapsed and no other hub took them over.
+// drover-hub-<name> in the Drover namespace. Hubs alone write a FleetNode's
+// Ready condition and its Online and Offline phases (package fleetnode): a
+// live hub claims the nodes still Online at a hub whose Lease expired and
+// makes them Offline unless their agents connect again.
 //
 // Work: components that decide what a node runs hand the hub items with
 // Dispatch and withdraw them with Cancel, list each node's items through

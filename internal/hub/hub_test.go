@@ -589,7 +589,8 @@ func TestRestartedHubAdoptsItsNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.Status.Phase, n.Status.Hub, n.Status.LastHeartbeatTime = fleetv1.FleetNodeOnline, hub, &before
-		setReady(n, true, fleetv1.ReasonConnected, "connected before the restart", before.Time)
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: fleetv1.ReadyCondition, Status: metav1.ConditionTrue,
+			Reason: fleetv1.ReasonConnected, Message: "connected before the restart", LastTransitionTime: before})
 		if err := f.c.Status().Update(ctx, n); err != nil {
 			t.Fatal(err)
 		}

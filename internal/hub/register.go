@@ -5,14 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -20,6 +18,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/bootstrap"
+	"github.com/drover-fleet/drover/internal/fleetnode"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -95,14 +94,14 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 			reason, latest = "register", fn
 		}
 		h.writeStatusOn(ctx, node, latest, reason, func(n *fleetv1.FleetNode) bool {
+			changed := false
 			if created {
-				initStatus(n, tok, req.GetInfo())
+				changed = fleetnode.SetRegistered(n, now, nodeInfo(req.GetInfo())).Changed
 			}
 			if cert != nil {
-				exp := metav1.NewTime(cert.NotAfter.Truncate(time.Second))
-				n.Status.CertificateExpiry = &exp
+				changed = fleetnode.SetCertificateExpiry(n, cert.NotAfter) || changed
 			}
-			return true
+			return changed
 		})
 	}
 	if !fn.Spec.Approved {
@@ -137,6 +136,11 @@ func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, 
 			Annotations: map[string]string{fleetv1.AnnotationBootstrapToken: tok.ID, fleetv1.AnnotationRegistrationKey: key},
 		},
 		Spec: fleetv1.FleetNodeSpec{Approved: tok.AutoApprove},
+	}
+	if tok.AutoApprove {
+		// The Approved condition is the manager's: it reads this to say
+		// AutoApproved rather than an operator's approval.
+		fn.Annotations[fleetv1.AnnotationAutoApprovedBy] = tok.ID
 	}
 	syncLabels(&fn, info)
 	if err := h.opts.Client.Create(ctx, &fn); err != nil {
@@ -177,24 +181,6 @@ func (h *Hub) checkRegistrationKey(fn *fleetv1.FleetNode, key string) error {
 	return nil
 }
 
-// initStatus fills a new node's status: Pending, approved or waiting for
-// approval, not connected yet, and what the agent reported.
-func initStatus(n *fleetv1.FleetNode, tok bootstrap.Token, info *agentv1.NodeInfo) {
-	reason, msg := fleetv1.ReasonAwaitingApproval, "waiting for `drover approve "+n.Name+"`"
-	cond := metav1.ConditionFalse
-	if tok.AutoApprove {
-		reason, msg, cond = fleetv1.ReasonAutoApproved, "approved by bootstrap token "+tok.ID, metav1.ConditionTrue
-	}
-	n.Status.Phase = fleetv1.FleetNodePending
-	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-		Type: fleetv1.ApprovedCondition, Status: cond, Reason: reason, Message: msg, ObservedGeneration: n.Generation,
-	})
-	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-		Type: fleetv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "NotConnected", Message: "the agent has not opened a stream yet", ObservedGeneration: n.Generation,
-	})
-	applyInfo(n, info)
-}
-
 // validateInfo checks what an agent reports before any of it reaches the API.
 func validateInfo(info *agentv1.NodeInfo) error {
 	// The protocol's bounds first (entries, sizes), then what the API accepts.
@@ -220,47 +206,28 @@ func validateInfo(info *agentv1.NodeInfo) error {
 	return nil
 }
 
-// applyInfo copies reported facts into status; it reports whether anything changed.
+// applyInfo copies what the agent reported into status; it reports whether
+// anything changed.
 func applyInfo(n *fleetv1.FleetNode, info *agentv1.NodeInfo) bool {
-	if info == nil {
-		return false
-	}
-	changed := false
-	set := func(dst *string, v string) {
-		if v != "" && *dst != v {
-			*dst, changed = v, true
-		}
-	}
-	set(&n.Status.AgentVersion, info.GetAgentVersion())
-	set(&n.Status.OS, info.GetOs())
-	set(&n.Status.Arch, info.GetArch())
-	set(&n.Status.Hostname, info.GetHostname())
-	if len(info.GetCapacity()) > 0 {
-		capacity := corev1.ResourceList{}
-		for k, v := range info.GetCapacity() {
-			if q, err := resource.ParseQuantity(v); err == nil {
-				capacity[corev1.ResourceName(k)] = q
-			}
-		}
-		if !capacityEqual(n.Status.Capacity, capacity) {
-			n.Status.Capacity, changed = capacity, true
-		}
-	}
-	// The agent reports all its labels every time: none means none.
-	if !maps.Equal(n.Status.ReportedLabels, info.GetLabels()) {
-		n.Status.ReportedLabels, changed = maps.Clone(info.GetLabels()), true
-	}
-	return changed
+	return fleetnode.SetReported(n, nodeInfo(info))
 }
 
-func capacityEqual(a, b corev1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
+// nodeInfo is what the agent reported, as the FleetNode keeps it (nil for
+// nil). info passed validateInfo: a capacity that does not parse is not
+// there.
+func nodeInfo(info *agentv1.NodeInfo) *fleetnode.Info {
+	if info == nil {
+		return nil
 	}
-	for k, q := range a {
-		if r, ok := b[k]; !ok || q.Cmp(r) != 0 {
-			return false
+	out := &fleetnode.Info{AgentVersion: info.GetAgentVersion(), OS: info.GetOs(), Arch: info.GetArch(),
+		Hostname: info.GetHostname(), Labels: info.GetLabels()}
+	if len(info.GetCapacity()) > 0 {
+		out.Capacity = corev1.ResourceList{}
+		for k, v := range info.GetCapacity() {
+			if q, err := resource.ParseQuantity(v); err == nil {
+				out.Capacity[corev1.ResourceName(k)] = q
+			}
 		}
 	}
-	return true
+	return out
 }

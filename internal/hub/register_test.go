@@ -40,9 +40,12 @@ func TestRegistrationWrites(t *testing.T) {
 		}
 		return true, nil
 	})
-	approved := meta.FindStatusCondition(fn.Status.Conditions, fleetv1.ApprovedCondition)
-	if approved == nil || approved.Reason != fleetv1.ReasonAutoApproved {
-		t.Errorf("Approved condition %+v, want reason %s", approved, fleetv1.ReasonAutoApproved)
+	// The Approved condition is the manager's: the hub records who approved.
+	if !fn.Spec.Approved || fn.Annotations[fleetv1.AnnotationAutoApprovedBy] == "" || fn.Annotations[fleetv1.AnnotationAutoApprovedBy] != fn.Annotations[fleetv1.AnnotationBootstrapToken] {
+		t.Errorf("approved %v, annotations %v; want approved by the bootstrap token", fn.Spec.Approved, fn.Annotations)
+	}
+	if c := meta.FindStatusCondition(fn.Status.Conditions, fleetv1.ApprovedCondition); c != nil {
+		t.Errorf("the hub wrote the Approved condition %+v; it is the manager's", c)
 	}
 	if fn.Status.CertificateExpiry == nil {
 		t.Error("certificateExpiry not set")

@@ -15,13 +15,11 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/fleetnode"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -510,30 +508,14 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 // before are written first, in a patch of the node (status writes cannot
 // change metadata); that costs a second write only when they changed.
 func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
-	node := fn.Name
 	latest := h.patchLabels(ctx, fn, req.GetInfo())
+	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
-	announce := false
-	if h.writeStatusOn(ctx, node, latest, "connect", func(n *fleetv1.FleetNode) bool {
-		wrote = n
-		// Announced when it was not Ready here: a first connect, a return,
-		// a move from another hub.
-		announce = n.Status.Hub != h.opts.Name || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition)
-		reason, msg := fleetv1.ReasonConnected, "connected to hub "+h.opts.Name
-		if n.Status.Phase == fleetv1.FleetNodeOnline && n.Status.Hub != "" && n.Status.Hub != h.opts.Name {
-			reason, msg = fleetv1.ReasonMovedHub, fmt.Sprintf("moved from hub %s to hub %s", n.Status.Hub, h.opts.Name)
-		}
-		setReady(n, true, reason, msg, now)
-		n.Status.Hub = h.opts.Name
-		t := metav1.NewTime(now.Truncate(time.Second))
-		n.Status.ConnectedTime = &t
-		n.Status.LastHeartbeatTime = &t
-		n.Status.ObservedGeneration = n.Generation
-		applyInfo(n, req.GetInfo())
-		return true
-	}) && announce {
-		c := meta.FindStatusCondition(wrote.Status.Conditions, fleetv1.ReadyCondition)
-		h.nodeEvent(wrote, corev1.EventTypeNormal, c.Reason, c.Message)
+	if h.writeStatusOn(ctx, fn.Name, latest, "connect", func(n *fleetv1.FleetNode) bool {
+		wrote, c = n, fleetnode.SetConnected(n, h.opts.Name, now, nodeInfo(req.GetInfo()))
+		return c.Changed
+	}) {
+		h.nodeEvent(wrote, c.Event)
 	}
 }
 
@@ -547,25 +529,16 @@ func (h *Hub) markDisconnected(ctx context.Context, node string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	now := h.opts.Now()
+	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
 	if h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
-		wrote = n
-		if h.Connected(node) || n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
+		if h.Connected(node) {
 			return false
 		}
-		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
-		if c != nil && c.Status == metav1.ConditionUnknown {
-			return false
-		}
-		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonDisconnected,
-			Message: fmt.Sprintf("the agent's stream to hub %s ended at %s; Offline after %s unless it reconnects",
-				h.opts.Name, now.UTC().Format(time.RFC3339), h.opts.OfflineTimeout),
-			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
-		})
-		return true
+		wrote, c = n, fleetnode.SetDisconnected(n, h.opts.Name, now, h.opts.OfflineTimeout)
+		return c.Changed
 	}) {
-		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonDisconnected, readyMessage(wrote))
+		h.nodeEvent(wrote, c.Event)
 	}
 }
 

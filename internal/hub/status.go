@@ -2,12 +2,9 @@ package hub
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/fleetnode"
 )
 
 // writeStatus reads the node uncached, applies mutate and patches status
@@ -62,25 +60,12 @@ func (h *Hub) writeStatusOn(ctx context.Context, node string, latest *fleetv1.Fl
 	return wrote
 }
 
-// nodeEvent records an Event on n, a FleetNode the hub just wrote.
-func (h *Hub) nodeEvent(n *fleetv1.FleetNode, typ, reason, note string) {
-	if h.opts.Recorder != nil && n != nil {
-		h.opts.Recorder.Eventf(n, nil, typ, reason, "Transition", "%s", note)
+// nodeEvent records ev, the Event a setter returned, on n, a FleetNode the
+// hub just wrote.
+func (h *Hub) nodeEvent(n *fleetv1.FleetNode, ev fleetnode.Event) {
+	if h.opts.Recorder != nil && n != nil && !ev.IsZero() {
+		h.opts.Recorder.Eventf(n, nil, ev.Type, ev.Reason, "Transition", "%s", ev.Note)
 	}
-}
-
-// setReady sets the Ready condition and the phase that goes with it.
-func setReady(n *fleetv1.FleetNode, ready bool, reason, msg string, now time.Time) {
-	st := metav1.ConditionFalse
-	n.Status.Phase = fleetv1.FleetNodeOffline
-	if ready {
-		st = metav1.ConditionTrue
-		n.Status.Phase = fleetv1.FleetNodeOnline
-	}
-	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-		Type: fleetv1.ReadyCondition, Status: st, Reason: reason, Message: msg,
-		ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
-	})
 }
 
 // runLiveness turns the liveness tracker's decisions into API writes.
@@ -113,28 +98,14 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 			s.close("no heartbeat within the offline timeout")
 		}
 		for _, o := range due.Offline {
-			last := o.LastSeen
-			h.log.Info("node offline", "node", o.Node, "lastSeen", last)
-			adopted := o.Adopted
+			h.log.Info("node offline", "node", o.Node, "lastSeen", o.LastSeen)
+			var c fleetnode.Change
 			var wrote *fleetv1.FleetNode
 			if h.writeStatus(ctx, o.Node, "offline", func(n *fleetv1.FleetNode) bool {
-				wrote = n
-				if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
-					return false // another hub took it over, or it is already not Online
-				}
-				if adopted {
-					// The last heartbeat the API has is older than this
-					// hub; keep it.
-					setReady(n, false, fleetv1.ReasonHeartbeatTimeout, fmt.Sprintf("not connected since hub %s restarted at %s (last heartbeat on record: %s)",
-						h.opts.Name, last.UTC().Format(time.RFC3339), heartbeatOnRecord(n)), now)
-					return true
-				}
-				setReady(n, false, fleetv1.ReasonHeartbeatTimeout, "no heartbeat since "+last.UTC().Format(time.RFC3339), now)
-				lt := metav1.NewTime(last.Truncate(time.Second))
-				n.Status.LastHeartbeatTime = &lt
-				return true
+				wrote, c = n, fleetnode.SetHeartbeatTimeout(n, h.opts.Name, o.LastSeen, o.Adopted, now)
+				return c.Changed
 			}) {
-				h.nodeEvent(wrote, corev1.EventTypeWarning, fleetv1.ReasonHeartbeatTimeout, readyMessage(wrote))
+				h.nodeEvent(wrote, c.Event)
 			}
 		}
 		for _, u := range due.Unconnected {
@@ -144,14 +115,8 @@ func (h *Hub) runLiveness(ctx context.Context) error {
 			h.markNotResponding(ctx, l.Node, l.LastSeen)
 		}
 		for _, r := range due.Refresh {
-			seen := r.LastSeen
 			h.writeStatus(ctx, r.Node, "heartbeat-refresh", func(n *fleetv1.FleetNode) bool {
-				if n.Status.Hub != h.opts.Name {
-					return false
-				}
-				lt := metav1.NewTime(seen.Truncate(time.Second))
-				n.Status.LastHeartbeatTime = &lt
-				return true
+				return fleetnode.SetHeartbeat(n, h.opts.Name, r.LastSeen).Changed
 			})
 		}
 	}
@@ -191,25 +156,16 @@ func (h *Hub) adoptNodes(ctx context.Context) bool {
 // it may still come back.
 func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time) {
 	now := h.opts.Now()
+	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
 	if h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
-		wrote = n
-		if h.Connected(node) || n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline {
+		if h.Connected(node) {
 			return false
 		}
-		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
-		if c != nil && c.Status == metav1.ConditionUnknown {
-			return false
-		}
-		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonDisconnected,
-			Message: fmt.Sprintf("not connected since hub %s restarted at %s; Offline after %s unless it reconnects",
-				h.opts.Name, since.UTC().Format(time.RFC3339), h.opts.OfflineTimeout),
-			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
-		})
-		return true
+		wrote, c = n, fleetnode.SetUnconnected(n, h.opts.Name, since, now, h.opts.OfflineTimeout)
+		return c.Changed
 	}) {
-		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonDisconnected, readyMessage(wrote))
+		h.nodeEvent(wrote, c.Event)
 	}
 }
 
@@ -219,14 +175,11 @@ func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time)
 func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Time) {
 	now := h.opts.Now()
 	var (
+		c     fleetnode.Change
 		wrote *fleetv1.FleetNode
 		prev  metav1.Condition
 	)
 	if h.writeStatus(ctx, node, "not-responding", func(n *fleetv1.FleetNode) bool {
-		wrote = n
-		if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition) {
-			return false
-		}
 		// Heard from (or reconnected) since Tick said so: nothing to mark.
 		h.mu.Lock()
 		late := h.live.Late(node)
@@ -234,19 +187,16 @@ func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Tim
 		if !late {
 			return false
 		}
-		prev = *meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
-		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-			Type: fleetv1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonNotResponding,
-			Message: fmt.Sprintf("nothing from the agent since %s though its stream to hub %s is open; Offline after %s unless it is heard from",
-				since.UTC().Format(time.RFC3339), h.opts.Name, h.opts.OfflineTimeout),
-			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(now),
-		})
-		return true
+		if r := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition); r != nil {
+			prev = *r
+		}
+		wrote, c = n, fleetnode.SetNotResponding(n, h.opts.Name, since, now, h.opts.OfflineTimeout)
+		return c.Changed
 	}) {
 		h.mu.Lock()
 		h.wasReady[node] = prev
 		h.mu.Unlock()
-		h.nodeEvent(wrote, corev1.EventTypeWarning, fleetv1.ReasonNotResponding, readyMessage(wrote))
+		h.nodeEvent(wrote, c.Event)
 	}
 }
 
@@ -255,53 +205,38 @@ func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Tim
 // failed write the next message from the node tries again.
 func (h *Hub) markResponding(ctx context.Context, node string) bool {
 	now := h.opts.Now()
-	var wrote *fleetv1.FleetNode
-	nothing := false
+	var (
+		c       fleetnode.Change
+		wrote   *fleetv1.FleetNode
+		decided bool // the node was read and c says what it needs
+	)
 	if h.writeStatus(ctx, node, "responding", func(n *fleetv1.FleetNode) bool {
-		wrote = n
-		c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
-		if n.Status.Hub != h.opts.Name || n.Status.Phase != fleetv1.FleetNodeOnline || c == nil || c.Reason != fleetv1.ReasonNotResponding {
-			nothing = true
-			return false
-		}
-		nothing = false
+		decided = true
 		h.mu.Lock()
 		prev, ok := h.wasReady[node]
+		h.mu.Unlock()
+		var p *metav1.Condition
+		if ok {
+			p = &prev
+		}
+		wrote, c = n, fleetnode.SetResponding(n, h.opts.Name, p, now)
+		return c.Changed
+	}) {
+		h.mu.Lock()
 		delete(h.wasReady, node)
 		h.mu.Unlock()
-		if !ok {
-			prev = metav1.Condition{Reason: fleetv1.ReasonConnected, Message: "connected to hub " + h.opts.Name}
-		}
-		const again = " (heard from again after a silence)"
-		setReady(n, true, prev.Reason, strings.TrimSuffix(prev.Message, again)+again, now)
-		return true
-	}) {
-		h.nodeEvent(wrote, corev1.EventTypeNormal, fleetv1.ReasonConnected, readyMessage(wrote))
+		h.nodeEvent(wrote, c.Event)
 		return true
 	}
-	return nothing
-}
-
-// readyMessage is the message of n's Ready condition.
-func readyMessage(n *fleetv1.FleetNode) string {
-	if c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition); c != nil {
-		return c.Message
-	}
-	return ""
-}
-
-func heartbeatOnRecord(n *fleetv1.FleetNode) string {
-	if n.Status.LastHeartbeatTime == nil {
-		return "none"
-	}
-	return n.Status.LastHeartbeatTime.UTC().Format(time.RFC3339)
+	// Nothing to undo, unless the read or the write failed.
+	return decided && !c.Changed
 }
 
 // LeaseName is the name of a hub's Lease.
 func LeaseName(hub string) string { return "drover-hub-" + hub }
 
-// runLease keeps the hub's Lease renewed. The manager reads it to tell a dead
-// hub's nodes from live ones.
+// runLease keeps the hub's Lease renewed. Other hubs read it to tell a dead
+// hub's nodes from live ones (claimLostNodes).
 func (h *Hub) runLease(ctx context.Context) error {
 	every := h.opts.LeaseDuration / 3
 	for {
@@ -350,7 +285,7 @@ func (h *Hub) renewLease(ctx context.Context) error {
 }
 
 // watchNodes closes the streams of nodes that were revoked, unapproved or
-// deleted since they connected.
+// deleted since they connected, and claims the nodes of lost hubs.
 func (h *Hub) watchNodes(ctx context.Context) error {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
@@ -360,6 +295,7 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		h.claimLostNodes(ctx)
 		h.mu.Lock()
 		names := make([]string, 0, len(h.sessions))
 		for n := range h.sessions {
@@ -393,4 +329,94 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// claimLostNodes takes over the nodes the API shows Online at a hub whose
+// Lease expired (the hub died) and whose agents have not connected anywhere
+// since: no hub tracks them, and they would stay Online for ever. The claim
+// is a status write under the optimistic lock (fleetnode.SetHubLost), so of
+// two hubs claiming at once the second finds the node claimed and stops;
+// the claimer then tracks the node as one it adopted after a restart, and
+// makes it Offline after the offline timeout unless its agent connects,
+// here or at another hub. A hub without a Lease in this hub's namespace is
+// not taken for lost: it may serve another Drover, or be starting.
+func (h *Hub) claimLostNodes(ctx context.Context) {
+	var list fleetv1.FleetNodeList
+	if err := h.opts.Client.List(ctx, &list); err != nil {
+		if ctx.Err() == nil {
+			h.log.Error("list FleetNodes to claim those of lost hubs; retrying", "err", err)
+		}
+		return
+	}
+	lost := map[string]bool{} // by hub name, for this pass
+	for i := range list.Items {
+		n := &list.Items[i]
+		other := n.Status.Hub
+		if n.Spec.Revoked || n.Status.Phase != fleetv1.FleetNodeOnline || other == "" || other == h.opts.Name {
+			continue
+		}
+		gone, ok := lost[other]
+		if !ok {
+			gone = h.hubLost(ctx, other)
+			lost[other] = gone
+		}
+		if gone {
+			h.claimNode(ctx, n.Name, other)
+		}
+	}
+}
+
+// hubLost reports whether hub's Lease has expired. A Lease that cannot be
+// read says nothing: the next pass asks again.
+func (h *Hub) hubLost(ctx context.Context, hub string) bool {
+	var l coordinationv1.Lease
+	err := h.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: h.opts.Namespace, Name: LeaseName(hub)}, &l)
+	if err != nil {
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			h.log.Error("read a hub's Lease to tell whether its nodes are lost", "lease", LeaseName(hub), "err", err)
+		}
+		return false
+	}
+	return leaseExpired(&l, h.opts.Now(), h.opts.LeaseDuration)
+}
+
+// leaseExpired reports whether l's holder stopped renewing it: now is past
+// its last renewal plus its duration (def when the Lease has none). Its
+// holder renews it every third of the duration, which leaves room for
+// clocks a little apart.
+func leaseExpired(l *coordinationv1.Lease, now time.Time, def time.Duration) bool {
+	if l.Spec.RenewTime == nil {
+		return true
+	}
+	d := def
+	if l.Spec.LeaseDurationSeconds != nil {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return now.After(l.Spec.RenewTime.Add(d))
+}
+
+// claimNode claims node, Online at the lost hub lost, for this hub, unless
+// its agent is connected here.
+func (h *Hub) claimNode(ctx context.Context, node, lost string) {
+	now := h.opts.Now()
+	var c fleetnode.Change
+	var wrote *fleetv1.FleetNode
+	if !h.writeStatus(ctx, node, "hub-lost", func(n *fleetv1.FleetNode) bool {
+		if h.Connected(node) {
+			return false
+		}
+		wrote, c = n, fleetnode.SetHubLost(n, h.opts.Name, lost, now, h.opts.OfflineTimeout)
+		return c.Changed
+	}) {
+		return
+	}
+	h.mu.Lock()
+	if _, ok := h.sessions[node]; !ok {
+		// Counted from the claim, whatever this hub knew of the node before.
+		h.live.Forget(node)
+		h.live.Adopt(node, now)
+	}
+	h.mu.Unlock()
+	h.log.Info("claimed a node of a lost hub; Offline unless it connects", "node", node, "lostHub", lost, "within", h.opts.OfflineTimeout)
+	h.nodeEvent(wrote, c.Event)
 }

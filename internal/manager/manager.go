@@ -2,7 +2,6 @@ package manager
 
 import (
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,10 +35,6 @@ func Scheme() *runtime.Scheme {
 
 // Options configure the controllers.
 type Options struct {
-	// Namespace holds hub Leases. Default: drover-system.
-	Namespace string
-	// OfflineTimeout: a node whose hub's Lease lapsed this long ago is Offline. Default: 5m.
-	OfflineTimeout time.Duration
 	// NodeJobs runs the NodeUpgradeJob and ImagePrePullJob controllers
 	// (off with --feature-gates=disableNodeTaskV1alpha2).
 	NodeJobs bool
@@ -50,18 +45,9 @@ type Options struct {
 
 // Setup registers every controller with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	if opts.Namespace == "" {
-		opts.Namespace = "drover-system"
-	}
-	if opts.OfflineTimeout <= 0 {
-		opts.OfflineTimeout = 5 * time.Minute
-	}
 	r := &fleetnodectl.Reconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Recorder:       mgr.GetEventRecorder("drover-manager"),
-		Namespace:      opts.Namespace,
-		OfflineTimeout: opts.OfflineTimeout,
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("drover-manager"),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FleetNode controller: %w", err)

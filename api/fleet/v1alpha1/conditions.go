@@ -21,10 +21,16 @@ const (
 	ReasonNotResponding = "NotResponding"
 	// ReasonHeartbeatTimeout: no heartbeat within the offline timeout.
 	ReasonHeartbeatTimeout = "HeartbeatTimeout"
-	// ReasonHubLost: the node's hub stopped renewing its Lease and no other hub took the node over in time.
+	// ReasonHubLost (Ready Unknown, the node still Online): the node's hub
+	// stopped renewing its Lease and the agent has not reconnected; a live
+	// hub took the node over and makes it Offline after the offline timeout
+	// unless it connects somewhere.
 	ReasonHubLost = "HubLost"
-	// ReasonRevoked: the node's identity was revoked.
+	// ReasonRevoked: the node's identity was revoked (Approved False, set by
+	// the manager; Ready False once its hub closed its stream).
 	ReasonRevoked = "Revoked"
+	// ReasonNotConnected: registered; the agent has not opened a stream yet.
+	ReasonNotConnected = "NotConnected"
 )
 
 // FleetNode's Approved condition and its reasons.
@@ -49,6 +55,11 @@ const (
 	LabelArch = "fleet.drover.io/arch"
 	// AnnotationBootstrapToken records the id of the token a node registered with.
 	AnnotationBootstrapToken = "fleet.drover.io/bootstrap-token-id"
+	// AnnotationAutoApprovedBy names the bootstrap token whose auto-approve
+	// policy set spec.approved when the hub created the node; the manager
+	// reads it to record the Approved condition as AutoApproved rather than
+	// an operator's approval.
+	AnnotationAutoApprovedBy = "fleet.drover.io/auto-approved-by"
 	// AnnotationRegistrationKey records the SHA-256 of the public key the
 	// node first registered with: a registration under the same name with
 	// another key (another machine) is refused until the FleetNode is

@@ -1,8 +1,10 @@
-// Package fleetnodectl reconciles FleetNodes on the manager side. Hubs report
-// what they see (Online, Offline after silence); this controller records the
-// decisions around that: the Approved condition, the Revoked phase, and
-// Offline for nodes whose hub died without another hub taking them over
-// (the hub's Lease lapsed for longer than the offline timeout).
+// Package fleetnodectl reconciles FleetNodes on the manager side. The
+// manager owns what follows a node's spec: the Approved condition
+// (AwaitingApproval, AutoApproved when the hub recorded an auto-approving
+// token at registration, ApprovedByOperator, Revoked), the phase Pending of
+// a node just registered, and the phase Revoked. It never writes Ready or
+// the Online and Offline phases: those are the hubs' (see
+// internal/fleetnode for who owns what).
 package fleetnodectl
 
 //go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.ctrlkit.go fleetnode.ctrlkit

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,16 +26,11 @@ import (
 // The generated file must be what the generator writes from
 // fleetnode.ctrlkit today.
 func TestGeneratedCodeIsUpToDate(t *testing.T) {
-	cmd := gen.Command{Getenv: func(string) string { return "fleetnode" }}
+	cmd := gen.Command{Getenv: func(string) string { return "fleetnodectl" }}
 	if err := cmd.Run([]string{"check", "-o", "zz_generated.ctrlkit.go", "fleetnode.ctrlkit"}); err != nil {
 		t.Fatal(err)
 	}
 }
-
-const (
-	hubNamespace = "drover-system"
-	timeout      = 5 * time.Minute
-)
 
 func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
@@ -50,50 +44,19 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
-// onlineNode is named n1, Online at hub-a, approved.
-func onlineNode() *fleetv1.FleetNode {
-	n := online("hub-a")
-	n.Name = "n1"
-	n.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
-	return n
-}
-
-// hubLease is hub-a's Lease in ns, renewed renewedAgo before now.
-func hubLease(ns string, renewedAgo time.Duration) *coordinationv1.Lease {
-	l := lease(renewedAgo)
-	l.Namespace, l.Name = ns, "drover-hub-hub-a"
-	return l
-}
-
 type fixture struct {
 	r        *Reconciler
 	c        client.Client
 	recorder *events.FakeRecorder
-	// leaseGets counts Gets of Leases, whatever the answer.
-	leaseGets int
 }
 
 func newFixture(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *fixture {
 	t.Helper()
 	f := &fixture{recorder: events.NewFakeRecorder(10)}
-	get := funcs.Get
-	funcs.Get = func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-		if _, ok := obj.(*coordinationv1.Lease); ok {
-			f.leaseGets++
-		}
-		if get != nil {
-			return get(ctx, c, key, obj, opts...)
-		}
-		return c.Get(ctx, key, obj, opts...)
-	}
 	f.c = fake.NewClientBuilder().WithScheme(testScheme(t)).
 		WithObjects(objs...).WithStatusSubresource(&fleetv1.FleetNode{}).
 		WithInterceptorFuncs(funcs).Build()
-	f.r = &Reconciler{
-		Client: f.c, APIReader: f.c, Recorder: f.recorder,
-		Namespace: hubNamespace, OfflineTimeout: timeout,
-		Now: func() time.Time { return now },
-	}
+	f.r = &Reconciler{Client: f.c, Recorder: f.recorder, Now: func() time.Time { return now }}
 	return f
 }
 
@@ -123,73 +86,63 @@ func (f *fixture) events() []string {
 	}
 }
 
-func TestReconcileKeepsANodeOfALiveHubOnline(t *testing.T) {
-	// The Lease is looked up in the hub namespace: a node is
-	// cluster-scoped, and without the Lease its creation an hour ago
-	// would make it Offline.
-	f := newFixture(t, interceptor.Funcs{}, onlineNode(), hubLease(hubNamespace, 10*time.Second))
-	res, err := f.reconcile(t)
-	if err != nil {
-		t.Fatalf("Reconcile() error = %v", err)
+func TestReconcileRecordsAnAutoApprovalWithoutAnEvent(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{}, registered(true))
+	if res, err := f.reconcile(t); err != nil || !res.IsZero() {
+		t.Fatalf("Reconcile() = %+v, %v; want no requeue, no error", res, err)
 	}
-	// The Lease lapses 30s from now; the node is looked at again a
-	// second after the offline timeout on top.
-	if want := 30*time.Second + timeout + time.Second; res.RequeueAfter != want {
-		t.Errorf("Reconcile() RequeueAfter = %v, want %v", res.RequeueAfter, want)
-	}
-	if got := f.node(t).Status.Phase; got != fleetv1.FleetNodeOnline {
-		t.Errorf("phase = %s, want Online", got)
+	n := f.node(t)
+	if c := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ApprovedCondition); n.Status.Phase != fleetv1.FleetNodePending || c == nil || c.Reason != fleetv1.ReasonAutoApproved {
+		t.Errorf("phase %s, Approved %+v; want Pending, AutoApproved", n.Status.Phase, c)
 	}
 	if ev := f.events(); len(ev) != 0 {
 		t.Errorf("events = %q, want none", ev)
 	}
 }
 
-func TestReconcileMarksANodeOfALostHubOffline(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		lease *coordinationv1.Lease
-	}{
-		{"lease lapsed", hubLease(hubNamespace, 40*time.Second+timeout+time.Second)},
-		{"no lease in the hub namespace", hubLease("elsewhere", 0)},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t, interceptor.Funcs{}, onlineNode(), tt.lease)
-			res, err := f.reconcile(t)
-			if err != nil || !res.IsZero() {
-				t.Fatalf("Reconcile() = %+v, %v; want no requeue, no error", res, err)
-			}
-			if got := f.node(t).Status.Phase; got != fleetv1.FleetNodeOffline {
-				t.Errorf("phase = %s, want Offline", got)
-			}
-			ev := f.events()
-			if len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+fleetv1.ReasonHubLost+" ") {
-				t.Errorf("events = %q, want one Warning %s", ev, fleetv1.ReasonHubLost)
-			}
-		})
+func TestReconcileAnnouncesAnOperatorsApprovalAndARevocation(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{}, registered(false))
+	if _, err := f.reconcile(t); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestReconcileDoesNotReadALeaseForANodeWithoutHub(t *testing.T) {
-	n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: fleetv1.FleetNodeSpec{Approved: true}}
-	f := newFixture(t, interceptor.Funcs{}, n)
-	if res, err := f.reconcile(t); err != nil || !res.IsZero() {
-		t.Fatalf("Reconcile() = %+v, %v; want no requeue, no error", res, err)
+	n := f.node(t)
+	n.Spec.Approved = true
+	if err := f.c.Update(t.Context(), n); err != nil {
+		t.Fatal(err)
 	}
-	if f.leaseGets != 0 {
-		t.Errorf("Reconcile() read %d Leases, want none", f.leaseGets)
-	}
-	if got := f.node(t).Status.Phase; got != fleetv1.FleetNodePending {
-		t.Errorf("phase = %s, want Pending", got)
+	if _, err := f.reconcile(t); err != nil {
+		t.Fatal(err)
 	}
 	ev := f.events()
 	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal "+fleetv1.ReasonApproved+" ") {
-		t.Errorf("events = %q, want one Normal %s", ev, fleetv1.ReasonApproved)
+		t.Errorf("events after approving = %q, want one Normal %s", ev, fleetv1.ReasonApproved)
+	}
+	n = f.node(t)
+	n.Spec.Revoked = true
+	if err := f.c.Update(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.node(t).Status.Phase; got != fleetv1.FleetNodeRevoked {
+		t.Errorf("phase = %s, want Revoked", got)
+	}
+	ev = f.events()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+fleetv1.ReasonRevoked+" ") {
+		t.Errorf("events after revoking = %q, want one Warning %s", ev, fleetv1.ReasonRevoked)
+	}
+	// Nothing left to decide: no write, no Event.
+	if _, err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("events of a settled node = %q, want none", ev)
 	}
 }
 
 func TestReconcileRecordsNoEventWhenThePatchFails(t *testing.T) {
-	conflict := apierrors.NewConflict(schema.GroupResource{Group: fleetv1.GroupVersion.Group, Resource: "fleetnodes"}, "n1", errors.New("a hub claimed it"))
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: fleetv1.GroupVersion.Group, Resource: "fleetnodes"}, "n1", errors.New("a hub wrote it"))
 	for _, tt := range []struct {
 		name        string
 		err         error
@@ -204,7 +157,9 @@ func TestReconcileRecordsNoEventWhenThePatchFails(t *testing.T) {
 			funcs := interceptor.Funcs{SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
 				return tt.err
 			}}
-			f := newFixture(t, funcs, onlineNode(), hubLease(hubNamespace, time.Hour))
+			n := online("hub-a")
+			n.Spec.Revoked = true
+			f := newFixture(t, funcs, n)
 			res, err := f.reconcile(t)
 			//lint:ignore SA1019 Requeue is how ctrlkit says "requeue now".
 			if !tt.wantErr(err) || res.Requeue != tt.wantRequeue || res.RequeueAfter != 0 {

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // FleetNodeManagerState loads the states that FleetNodeManager's actions take, relative to
@@ -31,36 +30,15 @@ func NewFleetNodeManagerState(reader client.Reader, target *fleetv1alpha1.FleetN
 	return FleetNodeManagerState{Reader: reader, target: target}
 }
 
-// The Lease the node's hub renews while it runs. FleetNodes are
-// cluster-scoped and hub Leases live in the hub namespace, so the
-// Reconciler loads states through a reader that looks there.
-//
-// GetHubLease gets the Lease in the target's namespace with name drover-hub-${target.Status.Hub}. It returns nil and no error if the
-// object does not exist.
-func (s *FleetNodeManagerState) GetHubLease(ctx context.Context) (*coordinationv1.Lease, error) {
-	var obj coordinationv1.Lease
-	key := client.ObjectKey{Namespace: s.target.GetNamespace(), Name: "drover-hub-" + s.target.Status.Hub}
-	if err := s.Get(ctx, key, &obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("load state hubLease: get Lease %s: %w", key, err)
-	}
-	return &obj, nil
-}
-
 // FleetNodeManagerImpl is implemented by the controller: one method per action. A
 // method gets the states its action declares, already loaded, and a logger
 // with the action's name (also in ctx).
 type FleetNodeManagerImpl interface {
-	// Decide the node's phase and conditions from its spec, its hub's
-	// Lease and the time, and patch the status if it changed.
-	UpdateStatus(ctx context.Context, logger logr.Logger, hubLease *coordinationv1.Lease) (reconcile.Result, error)
+	// Decide the node's Approved condition and its Pending or Revoked
+	// phase from its spec, and patch the status if it changed.
+	UpdateStatus(ctx context.Context, logger logr.Logger) (reconcile.Result, error)
 	// Record an Event for what UpdateStatus decided, if anything.
 	RecordEvent(ctx context.Context, logger logr.Logger) (reconcile.Result, error)
-	// Requeue for when the hub's Lease may have lapsed for the offline
-	// timeout.
-	RequeueForRecheck(ctx context.Context, logger logr.Logger) (reconcile.Result, error)
 }
 
 // FleetNodeManager declares the actions of the FleetNode controller.
@@ -77,20 +55,16 @@ func NewFleetNodeManager(state FleetNodeManagerState, impl FleetNodeManagerImpl)
 	return &FleetNodeManager{state: state, impl: impl}
 }
 
-// UpdateStatus returns the action that loads hubLease and runs
+// UpdateStatus returns the action that runs
 // FleetNodeManagerImpl.UpdateStatus.
 //
-// Decide the node's phase and conditions from its spec, its hub's
-// Lease and the time, and patch the status if it changed.
+// Decide the node's Approved condition and its Pending or Revoked
+// phase from its spec, and patch the status if it changed.
 func (m *FleetNodeManager) UpdateStatus() ctrlkit.Action {
 	return ctrlkit.NewAction("UpdateStatus", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "UpdateStatus")
 		ctx = logr.NewContext(ctx, logger)
-		hubLease, err := m.state.GetHubLease(ctx)
-		if err != nil {
-			return ctrlkit.RequeueIfErrorAndWrap("UpdateStatus", err)
-		}
-		return m.impl.UpdateStatus(ctx, logger, hubLease)
+		return m.impl.UpdateStatus(ctx, logger)
 	})
 }
 
@@ -103,19 +77,6 @@ func (m *FleetNodeManager) RecordEvent() ctrlkit.Action {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "RecordEvent")
 		ctx = logr.NewContext(ctx, logger)
 		return m.impl.RecordEvent(ctx, logger)
-	})
-}
-
-// RequeueForRecheck returns the action that runs
-// FleetNodeManagerImpl.RequeueForRecheck.
-//
-// Requeue for when the hub's Lease may have lapsed for the offline
-// timeout.
-func (m *FleetNodeManager) RequeueForRecheck() ctrlkit.Action {
-	return ctrlkit.NewAction("RequeueForRecheck", func(ctx context.Context) (reconcile.Result, error) {
-		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "RequeueForRecheck")
-		ctx = logr.NewContext(ctx, logger)
-		return m.impl.RequeueForRecheck(ctx, logger)
 	})
 }
 
