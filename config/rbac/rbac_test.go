@@ -39,6 +39,7 @@ import (
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 const (
@@ -493,21 +494,31 @@ func start(t *testing.T, name, bin string, args ...string) *proc {
 // waitLine waits for a line matching re and returns its submatches.
 func (p *proc) waitLine(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var m []string
+	exited := false
+	testkit.Wait(context.Background(), within, func() string {
 		sc := bufio.NewScanner(strings.NewReader(p.Output()))
 		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				return m
+			if m = re.FindStringSubmatch(sc.Text()); m != nil {
+				return ""
 			}
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before printing %q:\n%s", p.name, re, lastLines(p.Output(), 40))
-		case <-time.After(100 * time.Millisecond):
+			exited = true
+			return ""
+		default:
 		}
+		return "not printed"
+	})
+	switch {
+	case m != nil:
+		return m
+	case exited:
+		t.Fatalf("%s exited before printing %q:\n%s", p.name, re, lastLines(p.Output(), 40))
+	default:
+		t.Fatalf("%s did not print %q within %s:\n%s", p.name, re, within, lastLines(p.Output(), 40))
 	}
-	t.Fatalf("%s did not print %q within %s:\n%s", p.name, re, within, lastLines(p.Output(), 40))
 	return nil
 }
 

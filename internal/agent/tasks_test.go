@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	taskwire "github.com/drover-fleet/drover/internal/task/taskwire"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // taskWait bounds the waits of the task tests (processes run for seconds).
@@ -326,6 +328,16 @@ func TestStopTasksOnExit(t *testing.T) {
 	a.schedule("stubborn")
 	polite := waitRunning(t, a.Agent, "polite").PID
 	stubborn := waitRunning(t, a.Agent, "stubborn").PID
+	// Running is reported once the shell is exec'd, not once it has run
+	// its trap: stopped before that (a busy machine), it dies of SIGTERM
+	// (143). "up" is printed after the trap.
+	out := filepath.Join(a.driver.TaskDir("stubborn"), taskexec.StdoutFile)
+	testkit.Eventually(t, taskWait, func() string {
+		if b, _ := os.ReadFile(out); !strings.Contains(string(b), "up") {
+			return fmt.Sprintf("stubborn has not printed up (stdout %q): its SIGTERM trap may not be set", b)
+		}
+		return ""
+	})
 	began := time.Now()
 	a.stop()
 	if took := time.Since(began); took > taskWait {

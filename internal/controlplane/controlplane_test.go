@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // tWriter sends log output to t.Log.
@@ -162,13 +164,12 @@ func testGarbageCollector(ctx context.Context, t *testing.T, cs kubernetes.Inter
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("garbage collector: %s within a minute", what)
+		testkit.Eventually(t, testkit.DefaultTimeout, func() string {
+			if !ok() {
+				return "garbage collector: " + what
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return ""
+		})
 	}
 	for _, tt := range []struct {
 		policy    metav1.DeletionPropagation

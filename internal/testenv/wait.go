@@ -8,18 +8,20 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 const (
 	// DefaultTimeout is how long a test waits for something that should
 	// happen: a controller reconciling, an agent reporting.
-	DefaultTimeout = 30 * time.Second
+	DefaultTimeout = testkit.DefaultTimeout
 	// ShortTimeout is how long a test waits for something that should happen
 	// almost at once (an object visible right after it was written), or
 	// watches for something that must not happen.
 	ShortTimeout = 5 * time.Second
 	// PollInterval is how often Eventually and WaitFor check.
-	PollInterval = 50 * time.Millisecond
+	PollInterval = testkit.PollInterval
 )
 
 // Eventually polls cond every PollInterval until it returns true, failing t
@@ -39,22 +41,16 @@ func Never(t testing.TB, d time.Duration, what string, cond func(ctx context.Con
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	tick := time.NewTicker(PollInterval)
-	defer tick.Stop()
-	for {
+	testkit.Never(t, d, func() string {
 		ok, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Fatalf("%s: %v", what, err)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return fmt.Sprintf("%s: %v", what, err)
+		case ok:
+			return what
 		}
-		if ok {
-			t.Fatalf("%s: happened, want it never to", what)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+		return ""
+	})
 }
 
 // WaitFor polls a Get of key into obj until ready(obj) is true (a nil ready
@@ -110,24 +106,21 @@ func WaitForDeletion(t testing.TB, c client.Client, timeout time.Duration, obj c
 func poll(ctx context.Context, timeout time.Duration, cond func(ctx context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(PollInterval)
-	defer tick.Stop()
 	var last error
-	for {
+	if testkit.Wait(ctx, timeout, func() string {
 		ok, err := cond(ctx)
 		if ok && err == nil {
-			return nil
+			return ""
 		}
 		if err != nil && ctx.Err() == nil {
 			last = err
 		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("not done within %s; last error: %w", timeout, last)
-			}
-			return fmt.Errorf("not done within %s", timeout)
-		case <-tick.C:
-		}
+		return "not done"
+	}) == "" {
+		return nil
 	}
+	if last != nil {
+		return fmt.Errorf("not done within %s; last error: %w", timeout, last)
+	}
+	return fmt.Errorf("not done within %s", timeout)
 }

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 const (
 	// defaultTestTimeout bounds anything that must happen.
-	defaultTestTimeout = 10 * time.Second
+	defaultTestTimeout = testkit.DefaultTimeout
 	// shortTimeout is how long we wait for something that must not
 	// happen, and the deadline given to actions that never finish.
 	shortTimeout = 20 * time.Millisecond

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // TestFleet shares one `drover server` between user stories, each with its
@@ -129,7 +131,7 @@ func TestFleet(t *testing.T) {
 		dir := t.TempDir()
 		a := c.startAgent(t, "edge-restart", dir, "--hub", c.hub, "--token", c.token(t, true, time.Hour))
 		n := c.waitPhase(t, "edge-restart", fleetv1.FleetNodeOnline, defaultTimeout)
-		eventually(t, defaultTimeout, func() string {
+		testkit.Eventually(t, defaultTimeout, func() string {
 			n, _ = c.node(t, "edge-restart")
 			if n.Status.AgentRevision < 1 {
 				return fmt.Sprintf("agentRevision = %d, want ≥ 1", n.Status.AgentRevision)
@@ -141,7 +143,7 @@ func TestFleet(t *testing.T) {
 		// No token this time: a node that lost its identity could not come back.
 		b := c.startAgent(t, "edge-restart", dir, "--hub", c.hub)
 		b.waitLine(t, regexp.MustCompile(`resuming with saved identity`), defaultTimeout)
-		eventually(t, defaultTimeout, func() string {
+		testkit.Eventually(t, defaultTimeout, func() string {
 			n, _ = c.node(t, "edge-restart")
 			if n.Status.Phase != fleetv1.FleetNodeOnline || n.Status.AgentRevision <= before {
 				return fmt.Sprintf("phase %s agentRevision %d, want Online and > %d", n.Status.Phase, n.Status.AgentRevision, before)
@@ -169,20 +171,38 @@ func TestFleet(t *testing.T) {
 		// Watch every phase the node shows from here on.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		phases := make(chan fleetv1.FleetNodePhase, 1024)
+		var mu sync.Mutex
+		seen := map[fleetv1.FleetNodePhase]int{}
+		watched := make(chan struct{})
 		go func() {
-			defer close(phases)
+			defer close(watched)
 			for ctx.Err() == nil {
 				var m fleetv1.FleetNode
 				if err := c.client.Get(ctx, client.ObjectKey{Name: "edge-move"}, &m); err == nil {
-					phases <- m.Status.Phase
+					mu.Lock()
+					seen[m.Status.Phase]++
+					mu.Unlock()
 				}
-				time.Sleep(50 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
 			}
 		}()
+		offline := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen[fleetv1.FleetNodeOffline] > 0 {
+				return fmt.Sprintf("the node went Offline while moving hubs (phases seen %v)", seen)
+			}
+			return ""
+		}
 
 		procs[0].stop(syscall.SIGKILL)
-		eventually(t, defaultTimeout, func() string {
+		testkit.Eventually(t, defaultTimeout, func() string {
+			if why := offline(); why != "" {
+				t.Fatal(why)
+			}
 			n, _ = c.node(t, "edge-move")
 			if n.Status.Hub != "hub-b" {
 				return fmt.Sprintf("node hub = %q, want hub-b", n.Status.Hub)
@@ -190,13 +210,13 @@ func TestFleet(t *testing.T) {
 			return ""
 		})
 		// Stay past the offline timeout: hub-a's death must not surface.
-		time.Sleep(offlineTimeout + 2*time.Second)
+		testkit.Never(t, offlineTimeout+2*time.Second, offline)
 		cancel()
-		seen := map[fleetv1.FleetNodePhase]int{}
-		for p := range phases {
-			seen[p]++
+		<-watched
+		if why := offline(); why != "" {
+			t.Error(why)
 		}
-		if seen[fleetv1.FleetNodeOffline] > 0 || seen[fleetv1.FleetNodeOnline] == 0 {
+		if seen[fleetv1.FleetNodeOnline] == 0 {
 			t.Errorf("phases seen while moving hubs = %v, want Online only", seen)
 		}
 		n, _ = c.node(t, "edge-move")
@@ -251,14 +271,14 @@ func TestNodeJobCLI(t *testing.T) {
 	if err := c.client.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, defaultTimeout, func() string {
+	testkit.Eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "get", "nuj")
 		if err != nil || !regexp.MustCompile(`canary\s+(InProgress|Failure)\s+1\s`).MatchString(out) {
 			return fmt.Sprintf("drover get nuj = %q, %v", out, err)
 		}
 		return ""
 	})
-	eventually(t, defaultTimeout, func() string {
+	testkit.Eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "describe", "nuj", "canary")
 		if err != nil || !regexp.MustCompile(`edge-job\s+InProgress\s+WaitingConfirmation`).MatchString(out) {
 			return fmt.Sprintf("not waiting for confirmation: %q, %v", out, err)
@@ -268,7 +288,7 @@ func TestNodeJobCLI(t *testing.T) {
 	if out, err := c.cli(t, "confirm", "canary", "edge-job"); err != nil || !strings.Contains(out, "confirmed for edge-job") {
 		t.Errorf("drover confirm = %q, %v", out, err)
 	}
-	eventually(t, defaultTimeout, func() string {
+	testkit.Eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "describe", "nodeupgradejob", "canary")
 		if err != nil || !strings.Contains(out, "Phase:       Failure") || !regexp.MustCompile(`edge-job\s+Failure\s+RollBack`).MatchString(out) || !strings.Contains(out, "rolled back to v0.0.1-e2e") {
 			return fmt.Sprintf("drover describe = %q, %v", out, err)

@@ -23,15 +23,15 @@ import (
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // Named timeouts: how long a thing may take before the test fails.
 const (
 	startTimeout   = 4 * time.Minute // cold start of the apiserver on a loaded 2-core machine
-	defaultTimeout = 45 * time.Second
+	defaultTimeout = testkit.DefaultTimeout
 	// shutdownTimeout bounds a clean stop after SIGTERM.
 	shutdownTimeout = 30 * time.Second
-	pollInterval    = 100 * time.Millisecond
 	// Short liveness settings so that Offline is observable in seconds.
 	heartbeatInterval = time.Second
 	offlineTimeout    = 5 * time.Second
@@ -111,21 +111,31 @@ func (p *proc) exited(t testing.TB, within time.Duration) int {
 // waitLine waits for a line of output matching re and returns its submatches.
 func (p *proc) waitLine(t testing.TB, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var m []string
+	exited := false
+	why := testkit.Wait(context.Background(), within, func() string {
 		sc := bufio.NewScanner(strings.NewReader(p.Output()))
 		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				return m
+			if m = re.FindStringSubmatch(sc.Text()); m != nil {
+				return ""
 			}
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited (%v) before printing %q; output:\n%s", p.name, p.err, re, tail(p.Output(), 60))
-		case <-time.After(pollInterval):
+			exited = true
+			return ""
+		default:
 		}
+		return fmt.Sprintf("%s did not print %q", p.name, re)
+	})
+	switch {
+	case m != nil:
+		return m
+	case exited:
+		t.Fatalf("%s exited (%v) before printing %q; output:\n%s", p.name, p.err, re, tail(p.Output(), 60))
+	default:
+		t.Fatalf("%s within %v; output:\n%s", why, within, tail(p.Output(), 60))
 	}
-	t.Fatalf("%s did not print %q within %v; output:\n%s", p.name, re, within, tail(p.Output(), 60))
 	return nil
 }
 
@@ -230,25 +240,10 @@ func (c *cluster) node(t testing.TB, name string) (fleetv1.FleetNode, bool) {
 	return n, true
 }
 
-// eventually polls cond until it returns "" (success) or the timeout passes,
-// then fails with cond's last explanation.
-func eventually(t testing.TB, within time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	why := ""
-	for time.Now().Before(deadline) {
-		if why = cond(); why == "" {
-			return
-		}
-		time.Sleep(pollInterval)
-	}
-	t.Fatalf("not within %v: %s", within, why)
-}
-
 func (c *cluster) waitPhase(t testing.TB, node string, want fleetv1.FleetNodePhase, within time.Duration) fleetv1.FleetNode {
 	t.Helper()
 	var n fleetv1.FleetNode
-	eventually(t, within, func() string {
+	testkit.Eventually(t, within, func() string {
 		var ok bool
 		n, ok = c.node(t, node)
 		if !ok {

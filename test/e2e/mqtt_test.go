@@ -12,6 +12,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 var mqttLineRE = regexp.MustCompile(`^\s+mqtt:\s+(ssl://\S+)$`)
@@ -37,7 +38,7 @@ func TestTaskOverMQTT(t *testing.T) {
 		t.Fatal(err)
 	}
 	// drover server's manager schedules it on the pinned node, as attempt 1.
-	eventually(t, defaultTimeout, func() string {
+	testkit.Eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "get", "tasks")
 		if err != nil || !regexp.MustCompile(`mqtt-probe\s+Completed\s+`+node+`\s+1\s`).MatchString(out) {
 			return fmt.Sprintf("drover get tasks = %q, %v", out, err)

@@ -26,6 +26,7 @@ import (
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // jobTimeout bounds a node job end to end: download, swap, re-exec,
@@ -59,7 +60,7 @@ func sha256File(t *testing.T, path string) string {
 
 func waitJobPhase(t *testing.T, c *cluster, job opsv1.NodeJob, within time.Duration) opsv1.NodeJob {
 	t.Helper()
-	eventually(t, within, func() string {
+	testkit.Eventually(t, within, func() string {
 		if err := c.client.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
 			return err.Error()
 		}
@@ -104,7 +105,7 @@ func TestNodeJobs(t *testing.T) {
 		if got := sha256File(t, bin); got != sha256File(t, v2) {
 			t.Error("the binary on disk is not the new version")
 		}
-		eventually(t, defaultTimeout, func() string {
+		testkit.Eventually(t, defaultTimeout, func() string {
 			n, _ := c.node(t, "edge-up")
 			if n.Status.AgentVersion != "v0.0.2-e2e" || n.Status.Phase != fleetv1.FleetNodeOnline {
 				return fmt.Sprintf("node version %q phase %s", n.Status.AgentVersion, n.Status.Phase)

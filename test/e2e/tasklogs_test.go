@@ -15,6 +15,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // TestTaskCLI: a task scheduled onto a real agent through `drover server`
@@ -35,7 +36,7 @@ func TestTaskCLI(t *testing.T) {
 	// drover server's manager schedules it on the pinned node, as attempt 1.
 	// The agent ends it (Completed with the exec driver; Failed, with the
 	// reason, without one): either way the hub wrote the end.
-	eventually(t, defaultTimeout, func() string {
+	testkit.Eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "get", "tasks")
 		if err != nil || !regexp.MustCompile(`probe\s+(Completed|Failed)\s+edge-task\s+1\s`).MatchString(out) {
 			return fmt.Sprintf("drover get tasks = %q, %v", out, err)

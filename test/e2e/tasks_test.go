@@ -17,6 +17,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // taskTimeout bounds one short task end to end: schedule, dispatch, start,
@@ -33,7 +34,7 @@ func newTask(name string, spec batchv1.TaskSpec) *batchv1.Task {
 func waitTask(t *testing.T, c *cluster, name string, within time.Duration, cond func(*batchv1.Task) string) *batchv1.Task {
 	t.Helper()
 	tk := &batchv1.Task{}
-	eventually(t, within, func() string {
+	testkit.Eventually(t, within, func() string {
 		if err := c.client.Get(context.Background(), client.ObjectKey{Namespace: taskNS, Name: name}, tk); err != nil {
 			return err.Error()
 		}
@@ -89,7 +90,7 @@ func TestTasks(t *testing.T) {
 		if err := c.client.Create(ctx, job); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, taskTimeout, func() string {
+		testkit.Eventually(t, taskTimeout, func() string {
 			if err := c.client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
 				return err.Error()
 			}
@@ -166,7 +167,7 @@ func TestTasks(t *testing.T) {
 		}
 		waitTask(t, c, "long", taskTimeout, inState(batchv1.TaskRunning))
 		var pid int
-		eventually(t, defaultTimeout, func() string {
+		testkit.Eventually(t, defaultTimeout, func() string {
 			b, err := os.ReadFile(pidFile)
 			if err != nil {
 				return err.Error()
@@ -180,7 +181,7 @@ func TestTasks(t *testing.T) {
 		if err := c.client.Delete(ctx, &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "long", Namespace: taskNS}}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, defaultTimeout, func() string {
+		testkit.Eventually(t, defaultTimeout, func() string {
 			if err := syscall.Kill(pid, 0); err == nil {
 				return fmt.Sprintf("process %d still runs", pid)
 			}

@@ -25,6 +25,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/internal/nodejob"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
@@ -39,8 +40,8 @@ type Reconciler[T opsv1.NodeJob] struct {
 	Recorder  events.EventRecorder
 	// New returns an empty job of the kind.
 	New func() T
-	// Now is the clock; nil = time.Now.
-	Now func() time.Time
+	// Clock; nil = the real one.
+	Clock clock.Clock
 }
 
 // +kubebuilder:rbac:groups=operations.drover.io,resources=nodeupgradejobs;imageprepulljobs,verbs=get;list;watch
@@ -50,9 +51,7 @@ type Reconciler[T opsv1.NodeJob] struct {
 // SetupWithManager registers the controller; it also indexes nothing and
 // watches the job's slices through their owner reference.
 func (r *Reconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
+	r.Clock = clock.Or(r.Clock)
 	if r.APIReader == nil {
 		r.APIReader = r.Client
 	}
@@ -92,7 +91,7 @@ func (r *Reconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		// A late report may still change a slice; it never moves the phase.
 		return ctrl.Result{}, nil
 	}
-	w := &run[T]{r: r, job: job, now: r.Now()}
+	w := &run[T]{r: r, job: job, now: r.Clock.Now()}
 	var wf ctrlkit.Action
 	if job.JobStatus().Phase == "" {
 		wf = ctrlkit.Sequential(
@@ -415,8 +414,8 @@ func (w *run[T]) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	if phase.Final() {
 		st.CompletionTime = &now
 		failed := phase == opsv1.JobPhaseFailure
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: opsv1.ConditionFailed, Status: cond(failed), Reason: v.Reason, Message: v.Message, ObservedGeneration: st.ObservedGeneration})
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: opsv1.ConditionComplete, Status: cond(!failed), Reason: v.Reason, Message: v.Message, ObservedGeneration: st.ObservedGeneration})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: opsv1.ConditionFailed, Status: cond(failed), Reason: v.Reason, Message: v.Message, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: now})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: opsv1.ConditionComplete, Status: cond(!failed), Reason: v.Reason, Message: v.Message, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: now})
 	}
 	if equalStatus(before, st) {
 		return ctrlkit.NoRequeue()

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
-	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -30,8 +29,10 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/task/taskctl"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 var (
@@ -61,7 +62,7 @@ var namespaces atomic.Int32
 // namespace named after base, which it returns. At the end the test's
 // FleetNodes and objects are deleted, so that the next test's scheduler
 // sees only its own.
-func start(t *testing.T, base string, clock *clocktesting.FakeClock) string {
+func start(t *testing.T, base string, clock *clocktest.Fake) string {
 	t.Helper()
 	ctx := context.Background()
 	ns := fmt.Sprintf("%s-%d", base, namespaces.Add(1))
@@ -478,7 +479,7 @@ func counter(t *testing.T, name string, labels ...string) float64 {
 // clock, then attempts exhausted.
 func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 	testenv.Require(t, env)
-	clock := clocktesting.NewFakeClock(time.Now())
+	clock := clocktest.New(time.Now())
 	ns := start(t, "restart", clock)
 	ctx := context.Background()
 	node(t, "restart-1", fleetv1.FleetNodeOnline, cpu("4"), nil)
@@ -535,9 +536,14 @@ func TestRestartAfterBackoffThenAttemptsExhausted(t *testing.T) {
 	if c := meta.FindStatusCondition(tk.Status.Conditions, batchv1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != batchv1.ReasonAttemptsSpent {
 		t.Errorf("Failed condition %+v, want True, %s", c, batchv1.ReasonAttemptsSpent)
 	}
-	if r, e := counter(t, "drover_task_restarts_total")-restarts, counter(t, "drover_tasks_failed_total", "reason", batchv1.ReasonAttemptsSpent)-exhausted; r != 1 || e != 1 {
-		t.Errorf("metrics: %v restarts, %v exhausted; want 1 and 1", r, e)
-	}
+	// The controller counts a change after its write returns: the test may
+	// read the status first.
+	testkit.Eventually(t, waitTimeout, func() string {
+		if r, e := counter(t, "drover_task_restarts_total")-restarts, counter(t, "drover_tasks_failed_total", "reason", batchv1.ReasonAttemptsSpent)-exhausted; r != 1 || e != 1 {
+			return fmt.Sprintf("metrics: %v restarts, %v exhausted; want 1 and 1", r, e)
+		}
+		return ""
+	})
 	testenv.WaitFor(t, env.Client, waitTimeout, client.ObjectKeyFromObject(g), &tg, func(client.Object) bool {
 		return tg.Status.Phase == batchv1.GroupFailed && tg.Status.Counts.Failed == 1 && meta.IsStatusConditionTrue(tg.Status.Conditions, taskctl.ConditionFailed)
 	})
@@ -598,9 +604,12 @@ func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 	if h := tk.Status.History; len(h) != 1 || h[0].Attempt != 1 || h[0].Node != "offline-1" || h[0].State != batchv1.TaskFailed || h[0].StartTime == nil || h[0].Reason != batchv1.ReasonNodeLost || h[0].FinishTime == nil {
 		t.Errorf("history = %+v", h)
 	}
-	if d := counter(t, "drover_task_reschedules_total", "reason", batchv1.ReasonNodeLost) - lostBefore; d != 1 {
-		t.Errorf("drover_task_reschedules_total{reason=NodeLost} grew by %v, want 1", d)
-	}
+	testkit.Eventually(t, waitTimeout, func() string { // counted after the write: see above
+		if d := counter(t, "drover_task_reschedules_total", "reason", batchv1.ReasonNodeLost) - lostBefore; d != 1 {
+			return fmt.Sprintf("drover_task_reschedules_total{reason=NodeLost} grew by %v, want 1", d)
+		}
+		return ""
+	})
 	tk = waitTask(t, ns, "stays", "failed with its node", func(tk *batchv1.Task) bool { return tk.Status.State == batchv1.TaskFailed })
 	if tk.Status.Reason != batchv1.ReasonNodeLost || tk.Status.Attempt != 1 || len(tk.Status.History) != 1 {
 		t.Errorf("status = %+v", tk.Status)
@@ -623,7 +632,7 @@ func TestNodeOfflineReschedulesOrFails(t *testing.T) {
 
 func TestDispatchTimeoutStartsANewAttempt(t *testing.T) {
 	testenv.Require(t, env)
-	clock := clocktesting.NewFakeClock(time.Now())
+	clock := clocktest.New(time.Now())
 	ns := start(t, "dispatch", clock) // dispatch timeout 1m
 	ctx := context.Background()
 	node(t, "dispatch-1", fleetv1.FleetNodeOnline, nil, nil)
@@ -884,7 +893,7 @@ func TestDeletingTaskHoldsItsResources(t *testing.T) {
 // and it ends Failed, reason DeadlineExceeded, and so does the job; a group
 // that finished before is left as it ended.
 func TestActiveDeadline(t *testing.T) {
-	clock := clocktesting.NewFakeClock(time.Now())
+	clock := clocktest.New(time.Now())
 	ns := start(t, "deadline", clock)
 	ctx := context.Background()
 	sel := map[string]string{"test": "deadline"}

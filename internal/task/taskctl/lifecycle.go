@@ -118,14 +118,14 @@ func record(st *batchv1.TaskStatus, state batchv1.TaskState, reason string, fini
 
 // nextAttempt turns st into attempt n+1, Pending, with the current
 // attempt's details cleared.
-func nextAttempt(st *batchv1.TaskStatus, reason, message string) {
+func nextAttempt(st *batchv1.TaskStatus, now time.Time, reason, message string) {
 	st.Attempt++
 	st.State = batchv1.TaskPending
 	st.Reason, st.Message = reason, message
 	st.NodeName = ""
 	st.ExitCode, st.StartTime, st.FinishTime, st.NextAttemptTime = nil, nil, nil, nil
 	st.OutputTail = ""
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: message})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(now)})
 	// A hub may have written Failed True on the attempt that ended.
 	meta.RemoveStatusCondition(&st.Conditions, batchv1.ConditionFailed)
 	meta.RemoveStatusCondition(&st.Conditions, batchv1.ConditionComplete)
@@ -172,7 +172,7 @@ func afterFailure(t *batchv1.Task, now time.Time) *change {
 	wait := backoff(t, n)
 	next := metav1.NewTime(finish.Add(wait))
 	record(st, batchv1.TaskFailed, st.Reason, st.FinishTime)
-	nextAttempt(st, batchv1.ReasonBackoff, fmt.Sprintf("attempt %d failed (%s); attempt %d after %s", n, cause, n+1, wait))
+	nextAttempt(st, now, batchv1.ReasonBackoff, fmt.Sprintf("attempt %d failed (%s); attempt %d after %s", n, cause, n+1, wait))
 	st.NextAttemptTime = &next
 	return &change{status: *st, eventType: corev1.EventTypeWarning, reason: batchv1.ReasonBackoff, note: st.Message, metric: "restart"}
 }
@@ -187,7 +187,7 @@ func lose(t *batchv1.Task, now time.Time, reason, why string) *change {
 	// over (its process, if any, is stopped when the node comes back).
 	record(st, batchv1.TaskFailed, reason, &finish)
 	if t.Spec.ReschedulePolicy != batchv1.RescheduleNever && n < maxAttempts(t) {
-		nextAttempt(st, reason, fmt.Sprintf("attempt %d lost: %s; attempt %d is rescheduled", n, why, n+1))
+		nextAttempt(st, now, reason, fmt.Sprintf("attempt %d lost: %s; attempt %d is rescheduled", n, why, n+1))
 		return &change{status: *st, eventType: corev1.EventTypeWarning, reason: reason, note: st.Message, metric: "reschedule"}
 	}
 	st.State = batchv1.TaskFailed
@@ -198,7 +198,7 @@ func lose(t *batchv1.Task, now time.Time, reason, why string) *change {
 		st.Message = fmt.Sprintf("attempt %d of %d lost: %s", n, maxAttempts(t), why)
 	}
 	st.FinishTime = &finish
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: st.Message})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: st.Message, LastTransitionTime: metav1.NewTime(now)})
 	endConditions(t, st, now)
 	return &change{status: *st, eventType: corev1.EventTypeWarning, reason: reason, note: st.Message, metric: "fail"}
 }

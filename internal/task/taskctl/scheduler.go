@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +27,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/scheduler"
 )
 
@@ -43,7 +43,7 @@ type Scheduler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	// Clock; nil = the real one.
-	Clock clock.PassiveClock
+	Clock clock.Clock
 	// Writers is how many status writes run at once. Default 8.
 	Writers int
 
@@ -68,9 +68,7 @@ type assumption struct {
 
 // SetupWithManager registers the loop.
 func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
-	if s.Clock == nil {
-		s.Clock = clock.RealClock{}
-	}
+	s.Clock = clock.Or(s.Clock)
 	if s.Writers <= 0 {
 		s.Writers = 8
 	}
@@ -112,9 +110,8 @@ type decision struct {
 
 // Reconcile runs one scheduling loop.
 func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	start := time.Now()
-	defer func() { schedulerLoop.Observe(time.Since(start).Seconds()) }()
 	now := s.Clock.Now()
+	defer func() { schedulerLoop.Observe(s.Clock.Since(now).Seconds()) }()
 
 	var nodes fleetv1.FleetNodeList
 	if err := s.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {

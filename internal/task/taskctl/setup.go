@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 )
 
 // Options configure the task controllers.
 type Options struct {
 	// Clock of backoffs and timeouts; nil = the real one.
-	Clock clock.PassiveClock
+	Clock clock.Clock
 	// DispatchTimeout bounds how long an attempt may stay Scheduled or
 	// Dispatching on an Online node. Default 5m.
 	DispatchTimeout time.Duration

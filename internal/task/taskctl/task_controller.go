@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -16,6 +15,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
@@ -32,7 +32,7 @@ type TaskReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	// Clock; nil = the real one.
-	Clock clock.PassiveClock
+	Clock clock.Clock
 	// DispatchTimeout bounds Scheduled and Dispatching on an Online node.
 	// Default 5m.
 	DispatchTimeout time.Duration
@@ -45,9 +45,7 @@ type TaskReconciler struct {
 // SetupWithManager registers the controller. The Task index on
 // status.nodeName must exist (Setup adds it).
 func (r *TaskReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
+	r.Clock = clock.Or(r.Clock)
 	if r.DispatchTimeout <= 0 {
 		r.DispatchTimeout = 5 * time.Minute
 	}

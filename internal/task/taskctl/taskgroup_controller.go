@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
@@ -44,7 +44,7 @@ type TaskGroupReconciler struct {
 	// APIReader reads a task afresh before deleting it; nil: the cache.
 	APIReader client.Reader
 	// Clock of activeDeadlineSeconds; nil: the real one.
-	Clock clock.PassiveClock
+	Clock clock.Clock
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups,verbs=get;list;watch
@@ -53,6 +53,7 @@ type TaskGroupReconciler struct {
 
 // SetupWithManager registers the controller.
 func (r *TaskGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Clock = clock.Or(r.Clock)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("taskgroup").
 		For(&batchv1.TaskGroup{}).
@@ -120,10 +121,7 @@ func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
 	if g.Spec.ActiveDeadlineSeconds == nil {
 		return ctrlkit.NoRequeue()
 	}
-	now := time.Now()
-	if w.r.Clock != nil {
-		now = w.r.Clock.Now()
-	}
+	now := w.r.Clock.Now()
 	end := g.CreationTimestamp.Add(time.Duration(*g.Spec.ActiveDeadlineSeconds) * time.Second)
 	if now.Before(end) {
 		w.untilDeadline = end.Sub(now)
