@@ -11,30 +11,30 @@
 //
 // The hub->agent side goes through these states:
 //
-//	              New (the stream's first snapshot is counted as being built)
-//	               |
-//	               v
-//	  +------> Streaming <-------------------------------+
-//	  |       Dispatch/Cancel: next revision, queued,    |
-//	  |       pending until acked; Next sends the queue  |
-//	  |       head (queued Dispatches joined into one    |
-//	  |       batch when the agent names dispatch-batch) |
-//	  |            |                          |          |
-//	  |  queue full on Dispatch/Cancel   BeginSnapshot   |
-//	  |            v                          v          |
-//	  |        Resync                    Building -------+ EndSnapshot: the
-//	  |  Dispatch/Cancel take revisions  (any number at    snapshot shows the
-//	  |  but are only remembered; once   once; what is     Dispatches/Cancels
-//	  |  the queue drained Next says     queued meanwhile  queued since the
-//	  |  Resync: the hub builds a        is remembered)    build began; if the
-//	  |  snapshot, which carries them         |            queue is full it
-//	  +--------- BeginSnapshot ---------------+            waits in the snapshot
-//	                                                       slot and Next sends
-//	                                                       it before the queue
+//	            New (the stream's first snapshot is counted as being built)
+//	             |
+//	             v
+//	+------> Streaming <-------------------------------+
+//	|       Dispatch/Cancel: next revision, queued,    |
+//	|       pending until acked; Next sends the queue  |
+//	|       head (queued Dispatches joined into one    |
+//	|       batch when the agent names dispatch-batch) |
+//	|            |                          |          |
+//	|  queue full on Dispatch/Cancel   BeginSnapshot   |
+//	|            v                          v          |
+//	|        Resync                    Building -------+ EndSnapshot: the
+//	|  Dispatch/Cancel take revisions  (any number at    snapshot shows the
+//	|  but are only remembered; once   once; what is     Dispatches/Cancels
+//	|  the queue drained Next says     queued meanwhile  queued since the
+//	|  Resync: the hub builds a        is remembered)    build began; if the
+//	|  snapshot, which carries them         |            queue is full it
+//	+--------- BeginSnapshot ---------------+            waits in the snapshot
+//	                                                     slot and Next sends
+//	                                                     it before the queue
 //
-//	  any state --Close(reason)--> Closed: every event is refused with
-//	  ErrClosed and Next says Closed; a second snapshot meeting a full queue
-//	  (the slot taken) also closes, with "send queue full".
+//	any state --Close(reason)--> Closed: every event is refused with
+//	ErrClosed and Next says Closed; a second snapshot meeting a full queue
+//	(the slot taken) also closes, with "send queue full".
 //
 // Rules kept visible in the code:
 //   - Revisions on the stream are strictly consecutive: taking a revision
