@@ -11,26 +11,23 @@
 //
 // The hub->agent side goes through these states:
 //
-//	            New (the stream's first snapshot is counted as being built)
-//	             |
-//	             v
-//	+------> Streaming <-------------------------------+
-//	|       Dispatch/Cancel: next revision, queued,    |
-//	|       pending until acked; Next sends the queue  |
-//	|       head (queued Dispatches joined into one    |
-//	|       batch when the agent names dispatch-batch) |
-//	|            |                          |          |
-//	|  queue full on Dispatch/Cancel   BeginSnapshot   |
-//	|            v                          v          |
-//	|        Resync                    Building -------+ EndSnapshot: the
-//	|  Dispatch/Cancel take revisions  (any number at    snapshot shows the
-//	|  but are only remembered; once   once; what is     Dispatches/Cancels
-//	|  the queue drained Next says     queued meanwhile  queued since the
-//	|  Resync: the hub builds a        is remembered)    build began; if the
-//	|  snapshot, which carries them         |            queue is full it
-//	+--------- BeginSnapshot ---------------+            waits in the snapshot
-//	                                                     slot and Next sends
-//	                                                     it before the queue
+//	       New: the stream's first snapshot counts as being built
+//	        |
+//	        v
+//	  +-> Streaming ------------ BeginSnapshot ------------> Building
+//	  |   Dispatch/Cancel take the next              (any number at once;
+//	  |   revision, are queued, pending              the Dispatches and
+//	  |   until acked. Next sends the queue          Cancels taken meanwhile
+//	  |   head, the Dispatches behind it             are remembered)
+//	  |   joined when batching                             |
+//	  |     |                                        EndSnapshot: the snapshot
+//	  |   queue full on Dispatch/Cancel              shows them; it is queued,
+//	  |     v                                        or waits in the snapshot
+//	  |   Resync: Dispatch/Cancel take               slot if the queue is full
+//	  |   revisions but are only remembered;         (Next sends it first)
+//	  |   once the queue drained Next says                 |
+//	  |   Resync --BeginSnapshot--> Building               |
+//	  +----------------------------------------------------+
 //
 //	any state --Close(reason)--> Closed: every event is refused with
 //	ErrClosed and Next says Closed; a second snapshot meeting a full queue
