@@ -17,6 +17,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
+	hubsession "github.com/drover-fleet/drover/internal/hub/session"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/testenv"
@@ -246,22 +247,21 @@ func (r *runningHub) session(t *testing.T, node string) *session {
 func (r *runningHub) send(t *testing.T, node string, env *agentv1.Envelope) {
 	t.Helper()
 	s := r.session(t, node)
-	s.mu.Lock()
-	err := s.pushLocked(env)
-	s.mu.Unlock()
+	var err error
+	s.step(func(m *hubsession.Machine) { err = m.Push(env) })
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// nextRev takes the session's next revision, skipping skip revisions first.
+// nextRev is the session's next revision after skip revisions; send takes
+// it.
 func (r *runningHub) nextRev(t *testing.T, node string, skip uint64) uint64 {
 	t.Helper()
 	s := r.session(t, node)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rev += skip + 1
-	return s.rev
+	return s.m.Revision() + skip + 1
 }
 
 // TestRevisionsEndToEnd drives the agent's revision tracking through the
@@ -348,7 +348,7 @@ func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
 	waitConnected(t, h, node)
 	// The real agent names the feature, so bursts like this one reach it
 	// in batched Dispatches.
-	if !h.session(t, node).batching {
+	if s := h.session(t, node); !s.m.Batching() {
 		t.Errorf("the agent's session does not batch dispatches: the agent did not name %q", protocol.FeatureDispatchBatch)
 	}
 	const dispatchers, each = 8, 10

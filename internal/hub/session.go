@@ -20,320 +20,70 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/fleetnode"
+	hubsession "github.com/drover-fleet/drover/internal/hub/session"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
 
-// sendQueue bounds the envelopes waiting for one agent's stream. When it is
-// full, Dispatches and Cancels are no longer queued: the stream sends a
-// snapshot, which carries them, once the queue has drained (see resync).
-const sendQueue = 256
-
-// seenIDs bounds the per-session memory of envelope ids used to spot re-sends.
-const seenIDs = 512
-
-// session is one agent's open GetMessage stream on this hub.
+// session is one agent's open GetMessage stream on this hub: the shell
+// around its hubsession.Machine, which holds the rules (queue, revisions,
+// acks, snapshots, duplicates).
 type session struct {
 	node string
-	out  chan *agentv1.Envelope
+	// wake has room for one signal: an event that may give the stream
+	// something to do (a queued envelope, a snapshot, a close) leaves one,
+	// and the stream's goroutine asks the Machine what next.
+	wake chan struct{}
+	// done is closed once the Machine is: a log request waiting on the
+	// stream gives up then.
 	done chan struct{}
-	// batching is set when the agent named protocol.FeatureDispatchBatch:
-	// the stream then joins queued Dispatches into one envelope (gather).
-	batching bool
 
-	// mu guards everything below.
-	mu      sync.Mutex
-	reason  string
-	rev     uint64                       // last hub->agent revision sent
-	pending map[string]*agentv1.Envelope // sent, not acked yet
-	// batches maps the id of a Dispatch that gather sent with more items
-	// (the id of the first envelope it joined) to the ids of the other
-	// envelopes it joined: the agent acks the sent envelope only, and that
-	// settles them all.
-	batches  map[string][]string
-	seen     map[string]struct{}
-	seenRing []string
-	agent    *protocol.Tracker // agent->hub report revisions
-
-	// While snapshots are being built (WorkFor runs unlocked), recent holds
-	// the Dispatch and Cancel envelopes queued meanwhile, so that a snapshot
-	// queued after them includes what they changed.
-	snapshotting int
-	recent       []*agentv1.Envelope
-	// first is set until the session's first snapshot is built: Dispatch
-	// and Cancel may queue envelopes as soon as the session exists, before
-	// that snapshot (which follows them on the stream) starts, and it must
-	// show them too. firstMark is the revision the stream started from.
-	first     bool
-	firstMark uint64
-	// resync is set while the queue was full: what was not queued since
-	// revision resyncMark (kept in recent) goes out in the next snapshot,
-	// which the stream sends once its queue is empty.
-	resync     bool
-	resyncMark uint64
-	// snap is a snapshot that met a full queue (a burst while it was
-	// built): the stream sends it before what is queued, which it
-	// supersedes (the agent acks those as stale).
-	snap *agentv1.Envelope
+	mu     sync.Mutex // guards m and closed
+	m      *hubsession.Machine
+	closed bool // done is closed
 }
 
 // newSession starts a stream's bookkeeping. hubRev is the last hub->agent
 // revision the agent applied: the stream's revisions continue from it, so
 // that nothing sent before the first snapshot looks stale to the agent.
-func newSession(node string, hubRev, agentRev uint64) *session {
+// features are those the agent named.
+func newSession(node string, hubRev, agentRev uint64, features []string) *session {
 	return &session{
-		node:    node,
-		out:     make(chan *agentv1.Envelope, sendQueue),
-		done:    make(chan struct{}),
-		rev:     hubRev,
-		pending: map[string]*agentv1.Envelope{},
-		batches: map[string][]string{},
-		seen:    map[string]struct{}{},
-		agent:   protocol.NewTracker(agentRev),
-		// Counted as snapshotting from the start, so that what is queued
-		// before the first snapshot is remembered for it.
-		snapshotting: 1,
-		first:        true,
-		firstMark:    hubRev,
+		node: node,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+		m: hubsession.New(hubsession.Config{
+			Node: node, HubRevision: hubRev, AgentRevision: agentRev,
+			Batching: slices.Contains(features, protocol.FeatureDispatchBatch),
+		}),
+	}
+}
+
+// step runs f on the Machine under s.mu and wakes the stream.
+func (s *session) step(f func(m *hubsession.Machine)) {
+	s.mu.Lock()
+	f(s.m)
+	// The Machine closes itself too (a snapshot meeting a full queue).
+	if s.m.Reason() != "" && !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
 func (s *session) close(reason string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closeLocked(reason)
-}
-
-func (s *session) closeLocked(reason string) {
-	if s.reason != "" {
-		return
-	}
-	s.reason = reason
-	close(s.done)
-}
-
-// next queues the envelope that build makes with the session's next
-// revision (past floor) and tracks it as pending. Taking the revision and
-// queuing are one step under s.mu, so concurrent senders (Dispatch, Cancel,
-// snapshots) put revisions on the stream in order: otherwise the agent would
-// see gaps that are not there and ask for full syncs.
-func (s *session) next(floor uint64, build func(rev uint64) *agentv1.Envelope) (*agentv1.Envelope, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.reason != "" {
-		return nil, fmt.Errorf("stream closed: %s", s.reason)
-	}
-	rev := max(s.rev, floor) + 1
-	env := build(rev)
-	// The agent ignores (and never acks) a malformed envelope, and its stream
-	// breaks on an oversized one: refuse them here, where the caller learns why.
-	if err := protocol.Validate(env); err != nil {
-		return nil, err
-	}
-	if n := proto.Size(env); n > protocol.MaxEnvelopeBytes {
-		return nil, fmt.Errorf("%s is %d bytes, more than the protocol's %d: %w", env.GetKind(), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
-	}
-	s.rev = rev
-	snapshot := env.GetKind() == agentv1.Kind_KIND_SNAPSHOT
-	if !snapshot && !s.resync && len(s.out) == cap(s.out) && s.reason == "" {
-		// Counted as snapshotting until the resync snapshot is built, so
-		// that recent keeps what it must carry.
-		s.resync, s.resyncMark = true, rev-1
-		s.snapshotting++
-	}
-	if !snapshot && s.resync {
-		s.recent = append(s.recent, env)
-		return env, nil
-	}
-	if err := s.pushLocked(env); err != nil {
-		return nil, err
-	}
-	if s.snapshotting > 0 && !snapshot {
-		s.recent = append(s.recent, env)
-	}
-	return env, nil
+	s.step(func(m *hubsession.Machine) { m.Close(reason) })
 }
 
 // send queues env, which carries no revision and is not acked (a log
-// request), without tracking it as pending.
-func (s *session) send(env *agentv1.Envelope) error {
-	if err := protocol.Validate(env); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.reason != "" {
-		return fmt.Errorf("stream closed: %s", s.reason)
-	}
-	select {
-	case s.out <- env:
-		return nil
-	default:
-		return errors.New("the node's send queue is full; try again")
-	}
-}
-
-// withRecentLocked is items as changed by the Dispatch and Cancel envelopes
-// queued after revision mark; items itself is not changed. s.mu is held.
-func (s *session) withRecentLocked(items []*agentv1.WorkItem, mark uint64) []*agentv1.WorkItem {
-	out := slices.Clone(items)
-	for _, env := range s.recent {
-		if env.GetRevision() <= mark {
-			continue
-		}
-		switch p := env.GetPayload().(type) {
-		case *agentv1.Envelope_Dispatch:
-			uid := p.Dispatch.GetItem().GetUid()
-			if !slices.ContainsFunc(out, func(it *agentv1.WorkItem) bool { return it.GetUid() == uid }) {
-				out = append(out, p.Dispatch.GetItem())
-			}
-		case *agentv1.Envelope_Cancel:
-			uid := p.Cancel.GetUid()
-			out = slices.DeleteFunc(out, func(it *agentv1.WorkItem) bool { return it.GetUid() == uid })
-		}
-	}
-	return out
-}
-
-// pushLocked queues env for the stream without blocking and tracks it as
-// pending. s.mu is held.
-func (s *session) pushLocked(env *agentv1.Envelope) error {
-	if s.reason != "" {
-		// A closed session's queue is never sent: say so.
-		return fmt.Errorf("stream closed: %s", s.reason)
-	}
-	select {
-	case s.out <- env:
-		s.pending[env.GetId()] = env
-		return nil
-	default:
-	}
-	// Only a snapshot meets a full queue (the rest wait for resync). It
-	// carries the node's whole state at a later revision than anything
-	// queued, so it may go first.
-	if env.GetKind() != agentv1.Kind_KIND_SNAPSHOT || s.snap != nil {
-		s.closeLocked("send queue full")
-		return errors.New("send queue full; the agent will resync on reconnect")
-	}
-	s.snap = env
-	s.pending[env.GetId()] = env
-	return nil
-}
-
-// takeSnap returns a snapshot waiting to go ahead of the queue, if any.
-func (s *session) takeSnap() *agentv1.Envelope {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	env := s.snap
-	s.snap = nil
-	return env
-}
-
-// needsResync reports whether the queue was full and has drained since: the
-// stream sends a snapshot before anything else.
-func (s *session) needsResync() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.resync && len(s.out) == 0
-}
-
-// ack forgets the acked envelope id. An acked snapshot also settles every
-// envelope sent before it: the snapshot carried the node's whole state, and
-// the agent never acks what a gap made it skip.
-func (s *session) ack(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, joined := range s.batches[id] {
-		delete(s.pending, joined)
-	}
-	delete(s.batches, id)
-	env, ok := s.pending[id]
-	if !ok {
-		return
-	}
-	delete(s.pending, id)
-	if env.GetKind() != agentv1.Kind_KIND_SNAPSHOT {
-		return
-	}
-	for pid, p := range s.pending {
-		if p.GetRevision() < env.GetRevision() {
-			delete(s.pending, pid)
-		}
-	}
-	// A batch whose first envelope the snapshot settled was sent before
-	// it, and so were the others it joined.
-	for bid := range s.batches {
-		if _, ok := s.pending[bid]; !ok {
-			delete(s.batches, bid)
-		}
-	}
-}
-
-// gather joins first, a Dispatch taken from the stream's queue, and the
-// Dispatches queued right behind it at the revisions that follow into one
-// Dispatch envelope (item and more), within MaxDispatchBatch items and
-// MaxEnvelopeBytes. It returns the envelope to send and the one it took
-// from the queue but could not join (nil if none), which goes next. The
-// joined envelopes stay pending under their own ids until the agent acks
-// the one sent, which carries first's id. Only what is already queued is
-// joined: a lone Dispatch goes at once, as before.
-func (s *session) gather(first *agentv1.Envelope) (send, next *agentv1.Envelope) {
-	d := first.GetDispatch()
-	if d == nil || len(d.GetMore()) > 0 {
-		return first, nil
-	}
-	items := []*agentv1.WorkItem{d.GetItem()}
-	var joined []string
-	// Each envelope joined adds less than its own encoding (its item
-	// without the envelope's id, node and revision), so the sum bounds the
-	// batch's size.
-	size := proto.Size(first)
-take:
-	for len(items) < protocol.MaxDispatchBatch {
-		select {
-		case e := <-s.out:
-			ed := e.GetDispatch()
-			if ed == nil || len(ed.GetMore()) > 0 || e.GetRevision() != first.GetRevision()+uint64(len(items)) {
-				next = e
-				break take
-			}
-			n := proto.Size(e)
-			if size+n > protocol.MaxEnvelopeBytes {
-				next = e
-				break take
-			}
-			size += n
-			items = append(items, ed.GetItem())
-			joined = append(joined, e.GetId())
-		default:
-			break take
-		}
-	}
-	if len(joined) == 0 {
-		return first, next
-	}
-	send = protocol.NewDispatches(s.node, first.GetRevision(), items)
-	send.Id = first.GetId()
-	s.mu.Lock()
-	s.batches[send.GetId()] = joined
-	s.mu.Unlock()
-	return send, next
-}
-
-// firstSeen records id and reports whether it is new.
-func (s *session) firstSeen(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.seen[id]; dup {
-		return false
-	}
-	s.seen[id] = struct{}{}
-	s.seenRing = append(s.seenRing, id)
-	if len(s.seenRing) > seenIDs {
-		delete(s.seen, s.seenRing[0])
-		s.seenRing = s.seenRing[1:]
-	}
-	return true
+// request).
+func (s *session) send(env *agentv1.Envelope) (err error) {
+	s.step(func(m *hubsession.Machine) { err = m.Send(env) })
+	return err
 }
 
 // nodeFromPeer returns the node named by the verified client certificate.
@@ -414,8 +164,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	if err := protocol.CheckFeatures(req.GetFeatures()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
-	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision())
-	s.batching = slices.Contains(req.GetFeatures(), protocol.FeatureDispatchBatch)
+	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision(), req.GetFeatures())
 	now := h.opts.Now()
 	h.mu.Lock()
 	old := h.sessions[node]
@@ -453,51 +202,35 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	if err := h.sendSnapshot(ctx, s, req.GetLastRevision()); err != nil {
 		return err
 	}
-	// next is an envelope gather took from the queue but could not join:
-	// it goes before anything else.
-	var next *agentv1.Envelope
-	forward := func(env *agentv1.Envelope) error {
-		if s.batching {
-			env, next = s.gather(env)
-		}
-		if d := env.GetDispatch(); d != nil {
-			h.metrics.batchItems.Observe(float64(1 + len(d.GetMore())))
-		}
-		return send(env)
-	}
 	for {
-		if env := next; env != nil {
-			next = nil
-			if err := forward(env); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.mu.Lock()
+		action, env := s.m.Next()
+		reason := s.m.Reason()
+		s.mu.Unlock()
+		switch action {
+		case hubsession.Send:
+			if d := env.GetDispatch(); d != nil {
+				h.metrics.batchItems.Observe(float64(1 + len(d.GetMore())))
+			}
+			if err := send(env); err != nil {
 				return err
 			}
-			continue
-		}
-		if snap := s.takeSnap(); snap != nil {
-			if err := send(snap); err != nil {
-				return err
-			}
-			continue
-		}
-		if s.needsResync() {
+		case hubsession.Resync:
 			h.metrics.resyncs.Inc()
 			if err := h.sendSnapshot(ctx, s, 0); err != nil {
 				return err
 			}
-			continue
-		}
-		select {
-		case env := <-s.out:
-			if err := forward(env); err != nil {
-				return err
-			}
-		case <-s.done:
-			s.mu.Lock()
-			reason := s.reason
-			s.mu.Unlock()
+		case hubsession.Closed:
 			return status.Error(codes.Aborted, reason)
-		case <-ctx.Done():
-			return nil
+		default:
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 	}
 }
@@ -545,39 +278,22 @@ func (h *Hub) markDisconnected(ctx context.Context, node string) {
 // sendSnapshot sends the node's whole desired state at a revision past what
 // the agent holds, so the agent replaces its view.
 func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) error {
-	// A Dispatch or Cancel may be queued while WorkFor runs, and the
+	// A Dispatch or Cancel may be taken while WorkFor runs, and the
 	// WorkSource may not show it yet. The snapshot comes after it on the
-	// stream, so it must show it: the agent cancels a dispatched item that
-	// the next snapshot leaves out.
+	// stream, so it must show it (the Machine sees to that between
+	// BeginSnapshot and EndSnapshot): the agent cancels a dispatched item
+	// that the next snapshot leaves out.
 	s.mu.Lock()
-	mark := s.rev
-	if s.first {
-		// Counted since newSession; everything queued since is recent.
-		s.first, mark = false, s.firstMark
-	} else {
-		s.snapshotting++
-	}
-	if s.resync {
-		// This snapshot carries what the full queue did not take.
-		s.resync, mark = false, min(mark, s.resyncMark)
-		s.snapshotting--
-	}
+	b := s.m.BeginSnapshot()
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.snapshotting--; s.snapshotting == 0 {
-			s.recent = nil
-		}
-		s.mu.Unlock()
-	}()
 	items, err := h.opts.Work.WorkFor(ctx, s.node)
 	if err != nil {
+		s.step(func(m *hubsession.Machine) { m.AbortSnapshot(b) })
 		return status.Errorf(codes.Unavailable, "list work for node %s: %v", s.node, err)
 	}
-	if _, err := s.next(agentHas, func(rev uint64) *agentv1.Envelope {
-		items = s.withRecentLocked(items, mark)
-		return protocol.NewSnapshot(s.node, rev, items)
-	}); err != nil {
+	var env *agentv1.Envelope
+	s.step(func(m *hubsession.Machine) { env, err = m.EndSnapshot(b, items, agentHas) })
+	if err != nil {
 		if errors.Is(err, protocol.ErrMalformed) || errors.Is(err, protocol.ErrTooLarge) {
 			// The WorkSource's list breaks the protocol: the node cannot be
 			// synced until it changes. Retrying is all the agent can do.
@@ -586,7 +302,7 @@ func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) err
 		}
 		return status.Errorf(codes.Aborted, "snapshot for node %s: %v", s.node, err)
 	}
-	h.metrics.dispatched.Add(float64(len(items)))
+	h.metrics.dispatched.Add(float64(len(env.GetSnapshot().GetItems())))
 	return nil
 }
 
@@ -599,7 +315,9 @@ func (h *Hub) Dispatch(node string, item *agentv1.WorkItem) error {
 	if s == nil {
 		return fmt.Errorf("dispatch %s to node %s: node is not connected to hub %s", item.GetUid(), node, h.opts.Name)
 	}
-	if _, err := s.next(0, func(rev uint64) *agentv1.Envelope { return protocol.NewDispatch(node, rev, item) }); err != nil {
+	var err error
+	s.step(func(m *hubsession.Machine) { _, _, err = m.Dispatch(item) })
+	if err != nil {
 		return fmt.Errorf("dispatch %s to node %s: %w", item.GetUid(), node, err)
 	}
 	h.metrics.dispatched.Inc()
@@ -618,7 +336,9 @@ func (h *Hub) Cancel(node, uid string) error {
 	if s == nil {
 		return fmt.Errorf("cancel %s on node %s: node is not connected to hub %s", uid, node, h.opts.Name)
 	}
-	if _, err := s.next(0, func(rev uint64) *agentv1.Envelope { return protocol.NewCancel(node, rev, uid) }); err != nil {
+	var err error
+	s.step(func(m *hubsession.Machine) { _, _, err = m.Cancel(uid) })
+	if err != nil {
 		return fmt.Errorf("cancel %s on node %s: %w", uid, node, err)
 	}
 	return nil
@@ -642,7 +362,7 @@ func (h *Hub) Pending(node string) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.pending)
+	return s.m.Pending()
 }
 
 // SendMessage implements AgentHub: one agent->hub envelope.
@@ -702,7 +422,10 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 		h.metrics.received.WithLabelValues(kind).Inc()
 		return h.deliverLog(ctx, node, c)
 	}
-	if !s.firstSeen(env.GetId()) {
+	s.mu.Lock()
+	fresh := s.m.Received(env.GetId())
+	s.mu.Unlock()
+	if !fresh {
 		h.metrics.duplicates.Inc()
 		return &agentv1.SendResponse{Duplicate: true}, nil
 	}
@@ -712,10 +435,9 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 	case *agentv1.Envelope_Heartbeat:
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_Ack:
-		s.ack(env.GetAckOf())
-		for _, id := range p.Ack.GetMore() {
-			s.ack(id)
-		}
+		s.mu.Lock()
+		s.m.Ack(env.GetAckOf(), p.Ack.GetMore()...)
+		s.mu.Unlock()
 		h.metrics.acked.Add(float64(1 + len(p.Ack.GetMore())))
 		return &agentv1.SendResponse{}, nil
 	case *agentv1.Envelope_FullSyncRequest:
@@ -726,7 +448,7 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 	case *agentv1.Envelope_NodeState:
 		// A NodeState is the agent's whole state: any newer one replaces what we have.
 		s.mu.Lock()
-		v := s.agent.Reset(env.GetRevision())
+		v := s.m.NodeState(env.GetRevision())
 		s.mu.Unlock()
 		if v != protocol.Apply {
 			h.metrics.duplicates.Inc()
@@ -750,7 +472,7 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 		applied := 0
 		for i, w := range works {
 			s.mu.Lock()
-			v := s.agent.Step(env.GetRevision() + uint64(i))
+			v := s.m.Status(env.GetRevision() + uint64(i))
 			s.mu.Unlock()
 			switch v {
 			case protocol.Apply:

@@ -9,17 +9,59 @@ import (
 	"sync"
 	"testing"
 
+	hubsession "github.com/drover-fleet/drover/internal/hub/session"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
 
+// sendQueue is how many envelopes a session queues before it resyncs.
+const sendQueue = hubsession.DefaultQueueLimit
+
 // bareHub is a Hub with a session for node and nothing else: no API, no
-// network. For tests of the session bookkeeping alone.
+// network. For tests of how the hub drives a session; the session's rules
+// are tested in internal/hub/session from scripts.
 func bareHub(node string) (*Hub, *session) {
 	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
-	s := newSession(node, 0, 0)
+	s := newSession(node, 0, 0, nil)
 	h.sessions[node] = s
 	return h, s
+}
+
+// next is what the stream does next, as ServeSession asks it.
+func (s *session) next() (hubsession.Action, *agentv1.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Next()
+}
+
+// pop takes the envelope the stream sends next.
+func (s *session) pop(t *testing.T) *agentv1.Envelope {
+	t.Helper()
+	a, env := s.next()
+	if a != hubsession.Send {
+		t.Fatalf("the stream would %v, want it to send", a)
+	}
+	return env
+}
+
+// queued is how many envelopes wait for the stream.
+func (s *session) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Queued()
+}
+
+// ack settles id as the agent's ack of it does.
+func (s *session) ack(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m.Ack(id)
+}
+
+func (s *session) reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Reason()
 }
 
 // TestSessionQueueIsInRevisionOrder: concurrent Dispatch and Cancel calls
@@ -52,11 +94,11 @@ func TestSessionQueueIsInRevisionOrder(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if n := len(s.out); n != senders*each {
+		if n := s.queued(); n != senders*each {
 			t.Fatalf("round %d: %d envelopes queued, want %d", round, n, senders*each)
 		}
 		for i := range senders * each {
-			if env := <-s.out; env.GetRevision() != uint64(i+1) {
+			if env := s.pop(t); env.GetRevision() != uint64(i+1) {
 				t.Fatalf("round %d: envelope %d on the stream has revision %d, want %d", round, i, env.GetRevision(), i+1)
 			}
 		}
@@ -85,7 +127,7 @@ func TestAckedSnapshotSettlesEarlierEnvelopes(t *testing.T) {
 	}
 	var snap, first *agentv1.Envelope
 	for range 5 {
-		env := <-s.out
+		env := s.pop(t)
 		switch {
 		case env.GetKind() == agentv1.Kind_KIND_SNAPSHOT:
 			snap = env
@@ -127,7 +169,7 @@ func TestFirstSnapshotShowsWhatWasQueuedBeforeIt(t *testing.T) {
 	}
 	var snap *agentv1.Envelope
 	for range 4 {
-		if env := <-s.out; env.GetKind() == agentv1.Kind_KIND_SNAPSHOT {
+		if env := s.pop(t); env.GetKind() == agentv1.Kind_KIND_SNAPSHOT {
 			snap = env
 		}
 	}
@@ -142,7 +184,7 @@ func TestFirstSnapshotShowsWhatWasQueuedBeforeIt(t *testing.T) {
 	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
 		t.Fatal(err)
 	}
-	if env := <-s.out; len(env.GetSnapshot().GetItems()) != 0 {
+	if env := s.pop(t); len(env.GetSnapshot().GetItems()) != 0 {
 		t.Errorf("second snapshot holds %v, want nothing", env.GetSnapshot().GetItems())
 	}
 }
@@ -189,13 +231,13 @@ func TestSendsBreakingTheProtocolAreRefused(t *testing.T) {
 			t.Errorf("%s: %v, want an error about %q", tc.name, err, tc.want)
 		}
 	}
-	if len(s.out) != 0 || h.Pending(node) != 0 {
-		t.Fatalf("%d queued, %d pending after refusals", len(s.out), h.Pending(node))
+	if s.queued() != 0 || h.Pending(node) != 0 {
+		t.Fatalf("%d queued, %d pending after refusals", s.queued(), h.Pending(node))
 	}
 	if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "ok", Type: "noop"}); err != nil {
 		t.Fatal(err)
 	}
-	if env := <-s.out; env.GetRevision() != 1 {
+	if env := s.pop(t); env.GetRevision() != 1 {
 		t.Fatalf("the first valid dispatch has revision %d, want 1", env.GetRevision())
 	}
 }
@@ -221,7 +263,7 @@ func (g *gatedWorks) WorkFor(ctx context.Context, _ string) ([]*agentv1.WorkItem
 func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 	const node, have = "n1", 10
 	h, _ := bareHub(node)
-	s := newSession(node, have, 0) // the agent applied revision 10 before
+	s := newSession(node, have, 0, nil) // the agent applied revision 10 before
 	h.sessions[node] = s
 	listed := []*agentv1.WorkItem{{Uid: "kept", Type: "noop"}, {Uid: "cancelled", Type: "noop"}}
 	g := &gatedWorks{items: listed, entered: make(chan struct{}), release: make(chan struct{})}
@@ -243,7 +285,7 @@ func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 
 	var got []string
 	for range 3 {
-		env := <-s.out
+		env := s.pop(t)
 		desc := fmt.Sprintf("%s@%d", strings.TrimPrefix(env.GetKind().String(), "KIND_"), env.GetRevision())
 		if snap := env.GetSnapshot(); snap != nil {
 			var uids []string
@@ -262,11 +304,8 @@ func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 	if len(listed) != 2 || listed[1].GetUid() != "cancelled" {
 		t.Fatal("the snapshot changed the WorkSource's slice")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.snapshotting != 0 || s.recent != nil {
-		t.Fatalf("snapshotting %d, %d recent envelopes kept after the snapshot", s.snapshotting, len(s.recent))
-	}
+	// That nothing is kept for it after the snapshot is checked in
+	// internal/hub/session's testdata/snapshot.txt.
 }
 
 // TestFullQueueResyncsWithASnapshot: a burst longer than the send queue
@@ -278,7 +317,7 @@ func TestFullQueueResyncsWithASnapshot(t *testing.T) {
 	if err := h.sendSnapshot(t.Context(), s, 0); err != nil { // the session's first
 		t.Fatal(err)
 	}
-	<-s.out
+	s.pop(t)
 	for i := range sendQueue {
 		if err := h.Dispatch(node, &agentv1.WorkItem{Uid: fmt.Sprintf("fit-%d", i), Type: "noop"}); err != nil {
 			t.Fatalf("dispatch %d: %v", i, err)
@@ -292,25 +331,23 @@ func TestFullQueueResyncsWithASnapshot(t *testing.T) {
 	if err := h.Cancel(node, "over-1"); err != nil {
 		t.Fatal(err)
 	}
-	if s.reason != "" {
-		t.Fatalf("session closed: %s", s.reason)
+	if r := s.reason(); r != "" {
+		t.Fatalf("session closed: %s", r)
 	}
-	if n := len(s.out); n != sendQueue {
+	if n := s.queued(); n != sendQueue {
 		t.Fatalf("queue holds %d, want %d", n, sendQueue)
 	}
-	if s.needsResync() {
-		t.Fatal("resync due before the queue drained")
-	}
+	// No resync before the queue drained: the stream sends what it holds.
 	for range sendQueue {
-		<-s.out
+		s.pop(t)
 	}
-	if !s.needsResync() {
-		t.Fatal("no resync due after the queue drained")
+	if a, _ := s.next(); a != hubsession.Resync {
+		t.Fatalf("the stream would %v after the queue drained, want a resync", a)
 	}
 	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
 		t.Fatal(err)
 	}
-	snap := <-s.out
+	snap := s.pop(t)
 	var uids []string
 	for _, it := range snap.GetSnapshot().GetItems() {
 		uids = append(uids, it.GetUid())
@@ -321,14 +358,14 @@ func TestFullQueueResyncsWithASnapshot(t *testing.T) {
 	if snap.GetRevision() != uint64(1+sendQueue+6+1) {
 		t.Errorf("resync snapshot at revision %d, want %d (after every revision taken)", snap.GetRevision(), 1+sendQueue+6+1)
 	}
-	if s.needsResync() {
-		t.Error("resync still due after its snapshot")
+	if a, _ := s.next(); a != hubsession.Idle {
+		t.Errorf("the stream would %v after the resync snapshot, want it idle", a)
 	}
 	// The queue takes envelopes again.
 	if err := h.Dispatch(node, &agentv1.WorkItem{Uid: "after", Type: "noop"}); err != nil {
 		t.Fatal(err)
 	}
-	if env := <-s.out; env.GetDispatch().GetItem().GetUid() != "after" {
+	if env := s.pop(t); env.GetDispatch().GetItem().GetUid() != "after" {
 		t.Errorf("next envelope %v, want the Dispatch of after", env)
 	}
 }
@@ -347,12 +384,12 @@ func TestFirstSnapshotAfterABurst(t *testing.T) {
 	if err := h.sendSnapshot(t.Context(), s, 0); err != nil {
 		t.Fatalf("first snapshot after a burst: %v", err)
 	}
-	if s.reason != "" {
-		t.Fatalf("session closed: %s", s.reason)
+	if r := s.reason(); r != "" {
+		t.Fatalf("session closed: %s", r)
 	}
-	snap := s.takeSnap()
-	if snap == nil {
-		t.Fatal("no snapshot waiting ahead of the full queue")
+	snap := s.pop(t)
+	if snap.GetKind() != agentv1.Kind_KIND_SNAPSHOT {
+		t.Fatalf("the stream sends %v first, want the snapshot waiting ahead of the full queue", snap.GetKind())
 	}
 	if n := len(snap.GetSnapshot().GetItems()); n != sendQueue+5 {
 		t.Errorf("snapshot holds %d items, want %d", n, sendQueue+5)
