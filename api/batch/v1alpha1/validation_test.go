@@ -20,6 +20,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 var env *testenv.Env
@@ -255,14 +256,15 @@ func TestNegativeResources(t *testing.T) {
 			// The apiserver enforces a policy about a second after it is
 			// created; the control plane may have just started.
 			var err error
-			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			testkit.Wait(ctx, testkit.DefaultTimeout, func() string {
 				if err = env.Client.Create(ctx, tt.obj.DeepCopyObject().(client.Object)); err != nil {
-					break
+					return ""
 				}
 				if err := env.Client.Delete(ctx, tt.obj); err != nil {
 					t.Fatalf("delete what was accepted before the policy was loaded: %v", err)
 				}
-			}
+				return "the policy is not enforced yet"
+			})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("create with a negative quantity: %v; want an error saying %q", err, tt.want)
 			}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
@@ -21,8 +22,8 @@ import (
 type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	// Now is the clock; nil = time.Now.
-	Now func() time.Time
+	// Clock is the time source; nil = the wall clock.
+	Clock clock.Clock
 	// Observer, if set, sees every action of the workflow (see
 	// ctrlkit.Instrument).
 	Observer ctrlkit.Observer
@@ -43,10 +44,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) generated() *FleetNodeManagerReconciler {
-	now := r.Now
-	if now == nil {
-		now = time.Now
-	}
+	now := clock.Or(r.Clock).Now
 	return &FleetNodeManagerReconciler{
 		Client: r.Client,
 		NewImpl: func(c client.Client, n *fleetv1.FleetNode) FleetNodeManagerImpl {

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/pkg/ctrlkit/gen"
 )
 
@@ -56,7 +58,7 @@ func newFixture(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *f
 	f.c = fake.NewClientBuilder().WithScheme(testScheme(t)).
 		WithObjects(objs...).WithStatusSubresource(&fleetv1.FleetNode{}).
 		WithInterceptorFuncs(funcs).Build()
-	f.r = &Reconciler{Client: f.c, Recorder: f.recorder, Now: func() time.Time { return now }}
+	f.r = &Reconciler{Client: f.c, Recorder: f.recorder, Clock: fixedClock(now)}
 	return f
 }
 
@@ -178,3 +180,6 @@ func TestReconcileOfADeletedNodeIsANoop(t *testing.T) {
 		t.Errorf("Reconcile() of a deleted node = %+v, %v; want nothing", res, err)
 	}
 }
+
+// fixedClock is a clock stopped at t.
+func fixedClock(t time.Time) clock.Clock { return clocktest.New(t) }

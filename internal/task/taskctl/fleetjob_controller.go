@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
@@ -29,6 +30,8 @@ type FleetJobReconciler struct {
 	Recorder events.EventRecorder
 	// APIReader reads a group afresh before deleting it; nil: the cache.
 	APIReader client.Reader
+	// Clock stamps condition transitions; nil: the wall clock.
+	Clock clock.Clock
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=fleetjobs,verbs=get;list;watch
@@ -246,7 +249,7 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		}
 	}
 	st.ObservedGeneration = job.Generation
-	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation))
+	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation), clock.Or(w.r.Clock).Now())
 	if equality.Semantic.DeepEqual(before, st) {
 		return ctrlkit.NoRequeue()
 	}

@@ -39,7 +39,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("index Tasks by node: %w", err)
 	}
 	rec := mgr.GetEventRecorder(opts.RecorderName)
-	if err := (&FleetJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+	if err := (&FleetJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FleetJob controller: %w", err)
 	}
 	if err := (&TaskGroupReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock}).SetupWithManager(mgr); err != nil {

@@ -1,6 +1,7 @@
 package taskctl
 
 import (
+	"time"
 	"context"
 	"fmt"
 
@@ -129,8 +130,10 @@ func failedCondition(phase batchv1.GroupPhase, complete metav1.Condition, conds 
 	return &metav1.Condition{Type: ConditionFailed, Status: metav1.ConditionFalse, Reason: string(phase), Message: complete.Message, ObservedGeneration: complete.ObservedGeneration}
 }
 
-// setPhaseConditions sets Complete and, where it applies, Failed.
-func setPhaseConditions(conds *[]metav1.Condition, phase batchv1.GroupPhase, complete metav1.Condition) {
+// setPhaseConditions sets Complete and, where it applies, Failed; a
+// condition that changes status gets now as its transition time.
+func setPhaseConditions(conds *[]metav1.Condition, phase batchv1.GroupPhase, complete metav1.Condition, now time.Time) {
+	complete.LastTransitionTime = metav1.NewTime(now)
 	setComplete(conds, complete)
 	if f := failedCondition(phase, complete, *conds); f != nil {
 		setComplete(conds, *f)

@@ -286,7 +286,7 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		complete.Message = fmt.Sprintf("active for more than activeDeadlineSeconds (%ds): %d unfinished tasks stopped; %s",
 			*g.Spec.ActiveDeadlineSeconds, w.stopped, complete.Message)
 	}
-	setPhaseConditions(&st.Conditions, st.Phase, complete)
+	setPhaseConditions(&st.Conditions, st.Phase, complete, w.r.Clock.Now())
 	if equality.Semantic.DeepEqual(before, st) {
 		return w.requeueAtDeadline()
 	}
