@@ -16,7 +16,7 @@ import (
 // bareHub is a Hub with a session for node and nothing else: no API, no
 // network. For tests of the session bookkeeping alone.
 func bareHub(node string) (*Hub, *session) {
-	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
+	h := &Hub{opts: Options{Name: "bare"}, router: &router{}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
 	s := newSession(node, 0, 0)
 	h.sessions[node] = s
 	return h, s
@@ -170,7 +170,7 @@ func TestSendsBreakingTheProtocolAreRefused(t *testing.T) {
 	for i := range 3 {
 		big = append(big, &agentv1.WorkItem{Uid: fmt.Sprint("w", i), Type: "noop", Spec: make([]byte, protocol.MaxSpecBytes)})
 	}
-	h.opts.Work = &works{items: map[string][]*agentv1.WorkItem{node: big}}
+	h.router = &router{features: feature(&works{items: map[string][]*agentv1.WorkItem{node: big}}, nil)}
 	for _, tc := range []struct {
 		name string
 		send func() error
@@ -225,7 +225,7 @@ func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 	h.sessions[node] = s
 	listed := []*agentv1.WorkItem{{Uid: "kept", Type: "noop"}, {Uid: "cancelled", Type: "noop"}}
 	g := &gatedWorks{items: listed, entered: make(chan struct{}), release: make(chan struct{})}
-	h.opts.Work = g
+	h.router = &router{features: feature(g, nil)}
 
 	done := make(chan error, 1)
 	go func() { done <- h.sendSnapshot(t.Context(), s, have) }()
