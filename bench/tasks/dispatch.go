@@ -54,7 +54,8 @@ type dispatchResult struct {
 	envelopes, acks, reports int
 }
 
-// doneSink counts Succeeded reports.
+// doneSink is the bench's one hub feature: it owns every uid, lists no
+// work (items go out by Dispatch only), and counts Succeeded reports.
 type doneSink struct {
 	n    atomic.Int64
 	last atomic.Int64 // unix nanos of the last one
@@ -69,9 +70,13 @@ func (s *doneSink) WorkStatus(_ context.Context, _ string, st *agentv1.WorkStatu
 
 func (s *doneSink) NodeState(context.Context, string, []*agentv1.WorkStatus) {}
 
-type noWork struct{}
+var _ hub.Feature = (*doneSink)(nil)
 
-func (noWork) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
+func (*doneSink) Name() string     { return "bench" }
+func (*doneSink) Owns(string) bool { return true }
+func (*doneSink) Attach(hub.Link)  {}
+
+func (*doneSink) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
 
 // runDispatch starts an in-process hub for transport m (its own MQTT
 // listener, or the mode's external broker), -agents drover-agent
@@ -84,7 +89,7 @@ func (r *runner) runDispatch(ctx context.Context, m mode) (dispatchResult, error
 	name := "bench-d-" + m.key
 	reg := prometheus.NewRegistry()
 	h, err := hub.New(hub.Options{
-		Work: noWork{}, Status: sink, Name: name, Client: r.c, APIReader: r.c, Namespace: "drover-system",
+		Features: []hub.Feature{sink}, Name: name, Client: r.c, APIReader: r.c, Namespace: "drover-system",
 		ListenAddress: "127.0.0.1:0", ServingHosts: []string{"127.0.0.1"},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg,
 	})

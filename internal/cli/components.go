@@ -26,10 +26,9 @@ import (
 	"github.com/drover-fleet/drover/internal/features"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
+	"github.com/drover-fleet/drover/internal/hubsetup"
 	"github.com/drover-fleet/drover/internal/manager"
-	"github.com/drover-fleet/drover/internal/nodejob/nodejobhub"
 	"github.com/drover-fleet/drover/internal/protocol"
-	"github.com/drover-fleet/drover/internal/task/taskhub"
 )
 
 // componentOptions are the flags of the parts `drover server`, `drover
@@ -134,57 +133,26 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		}
 	}
 	if withHub {
-		var (
-			work   hub.WorkSource
-			status hub.StatusSink
-			exec   *nodejobhub.Executor
-		)
-		if !c.gates.Enabled(features.DisableNodeTaskV1alpha2) {
-			exec = nodejobhub.New(nodejobhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-				Logger: log.With("component", "nodejob-executor"), Registerer: metrics.Registry})
-			if err := exec.SetupWithManager(mgr); err != nil {
-				return nil, fmt.Errorf("set up node job executor: %w", err)
-			}
-			work, status = exec, exec
-		}
-		tasks := taskhub.New(taskhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-			Logger: log.With("component", "task-dispatch"), Registerer: metrics.Registry})
-		if err := tasks.SetupWithManager(context.Background(), mgr); err != nil {
-			return nil, fmt.Errorf("set up task dispatch: %w", err)
-		}
-		mux := hub.NewMux(hub.Route{Name: "tasks", Owns: taskhub.Owns, Work: tasks, Status: tasks},
-			hub.Route{Name: "node jobs", Work: work, Status: status})
-		h, err := hub.New(hub.Options{
-			Work:              mux,
-			Status:            mux,
-			TaskLogs:          tasks.LogTarget,
-			Name:              c.hubName,
-			Client:            mgr.GetClient(),
-			APIReader:         mgr.GetAPIReader(),
-			Namespace:         c.namespace,
-			ListenAddress:     c.hubListen,
-			ServingHosts:      c.hubHosts,
-			HeartbeatInterval: c.heartbeat,
-			OfflineTimeout:    c.offlineTimeout,
-			HeartbeatRefresh:  c.heartbeatRefresh,
-			Logger:            log.With("component", "hub"),
-			Registerer:        metrics.Registry,
-			Recorder:          mgr.GetEventRecorder("drover-hub"),
+		h, err := hubsetup.Setup(mgr, hubsetup.Options{
+			Hub: hub.Options{
+				Name:              c.hubName,
+				Namespace:         c.namespace,
+				ListenAddress:     c.hubListen,
+				ServingHosts:      c.hubHosts,
+				HeartbeatInterval: c.heartbeat,
+				OfflineTimeout:    c.offlineTimeout,
+				HeartbeatRefresh:  c.heartbeatRefresh,
+				Logger:            log,
+				Registerer:        metrics.Registry,
+			},
+			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2),
+			Tasks:    true,
+			MQTT:     c.mqtt.options(),
 		})
 		if err != nil {
 			return nil, err
 		}
-		if exec != nil {
-			exec.SetHub(h)
-		}
-		tasks.SetHub(h)
-		if err := mgr.Add(h); err != nil {
-			return nil, err
-		}
-		if r.mqtt, err = c.mqtt.setup(mgr, h, c.hubHosts, log); err != nil {
-			return nil, err
-		}
-		r.hub = h
+		r.hub, r.mqtt = h.Hub, h.MQTT
 	}
 	return r, nil
 }

@@ -3,16 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/drover-fleet/drover/internal/hub"
-	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
+	"github.com/drover-fleet/drover/internal/hubsetup"
 	"github.com/drover-fleet/drover/internal/mqtt/broker"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 )
@@ -42,26 +39,9 @@ func (m *mqttOptions) validate() error {
 	return nil
 }
 
-// setup adds the MQTT bridge of h to mgr, unless MQTT is off (no broker and
-// no listen address). An external broker replaces the embedded one.
-func (m *mqttOptions) setup(mgr ctrl.Manager, h *hub.Hub, hosts []string, log *slog.Logger) (*mqttbridge.Bridge, error) {
-	if err := m.validate(); err != nil {
-		return nil, err
-	}
-	o := mqttbridge.Options{Hub: h, Prefix: m.prefix, ServingHosts: hosts, Logger: log.With("component", "mqtt"), Registerer: metrics.Registry}
-	switch {
-	case m.broker != "":
-		o.Broker = m.broker
-	case m.listen != "":
-		o.Listen = m.listen
-	default:
-		return nil, nil
-	}
-	b, err := mqttbridge.New(o)
-	if err != nil {
-		return nil, err
-	}
-	return b, mgr.Add(b)
+// options are the hub's MQTT options for hubsetup.
+func (m *mqttOptions) options() hubsetup.MQTTOptions {
+	return hubsetup.MQTTOptions{Listen: m.listen, Broker: m.broker, Prefix: m.prefix}
 }
 
 // mqttURL waits for the MQTT bridge to connect and returns its broker's URL;

@@ -9,15 +9,20 @@
 // live hub claims the nodes still Online at a hub whose Lease expired and
 // makes them Offline unless their agents connect again.
 //
-// Work: components that decide what a node runs hand the hub items with
-// Dispatch and withdraw them with Cancel, list each node's items through
-// Options.Work (a WorkSource), and follow what agents report through
-// Options.Status (a StatusSink). Dispatch and Cancel are sent once on the
-// node's open stream; a node that reconnects gets a snapshot of its
-// WorkSource list instead of the messages it missed, and cancels what the
-// list no longer holds. Revisions on a stream are strictly in order; the
-// agent asks for a snapshot when it sees a gap.
+// Work: the hub carries work for features (Options.Features), each the hub
+// side of one kind of work (internal/nodejob/nodejobhub, internal/task/taskhub)
+// implementing Feature. A feature owns a set of work uids: it hands the hub
+// items with Dispatch (or Call, to wait for the agent's answer) and withdraws
+// them with Cancel through the Link it gets in Attach, lists each node's
+// items in WorkFor, and follows what agents report about its uids. The hub
+// routes each report to the feature that owns its uid and drops (and counts)
+// the rest. Dispatch and Cancel are sent once on the node's open stream; a
+// node that reconnects gets a snapshot of every feature's list instead of
+// the messages it missed, and cancels what the list no longer holds.
+// Revisions on a stream are strictly in order; the agent asks for a
+// snapshot when it sees a gap. internal/hubsetup builds a hub and its
+// features.
 //
-// What it does not do: decide which node runs what (the manager does), or
-// keep anything a restart would lose.
+// What it does not do: decide which node runs what (the manager does), know
+// what a feature's work means, or keep anything a restart would lose.
 package hub

@@ -56,13 +56,11 @@ type Options struct {
 	LeaseDuration time.Duration
 	// CertificateValidity of the client certificates the hub signs. Default: 1 year.
 	CertificateValidity time.Duration
-	// Work supplies the items a node should hold, for full-sync snapshots. Default: none.
-	Work WorkSource
-	// Status receives what agents report about their work. Default: discard.
-	Status StatusSink
-	// TaskLogs finds where a task's logs are, for the Operator service's
-	// TaskLogs. Default: none (the call is Unimplemented).
-	TaskLogs LogTarget
+	// Features are the hub sides of the kinds of work it carries (node
+	// jobs, tasks): their items make up each node's snapshot, and each
+	// agent report goes to the feature that owns its uid. New attaches each
+	// one. Default: none (the hub carries no work).
+	Features []Feature
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// Logger for operators; nothing is logged per heartbeat at info. Default: discard.
@@ -72,44 +70,6 @@ type Options struct {
 	// Recorder records a FleetNode's transitions as Events (Connected,
 	// Disconnected, Offline). Default: none.
 	Recorder events.EventRecorder
-}
-
-// WorkSource lists the work items a node should hold. Components that
-// dispatch work (node jobs, tasks) implement it.
-type WorkSource interface {
-	WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error)
-}
-
-// Readier is a WorkSource that can tell it has not loaded yet (its caches
-// are syncing). Until it is ready the hub refuses agents' streams as
-// Unavailable, which they retry shortly, rather than marking the node
-// Online and then failing to build its snapshot.
-type Readier interface {
-	Ready() bool
-}
-
-// StatusSink consumes agents' work reports. Components that dispatch work
-// (node jobs, tasks) implement it to follow their items.
-//
-// The hub calls it on the goroutine of the agent's SendMessage call, after
-// the report passed validation and the revision check, and before it answers
-// the agent: a slow sink delays that agent's next report (bounded by the
-// agent's call timeout), never other agents. A sink must not block for long;
-// it should hand work that talks to the API to its own queue.
-//
-// Delivery is at least once: a report the hub applied but whose answer the
-// agent never got is sent again after a reconnect, possibly to another hub.
-// Within one stream a report is delivered once and in revision order. After
-// a gap in the agent's revisions (a report lost or refused) the statuses up
-// to the agent's next NodeState are not delivered: that NodeState covers
-// them, so a sink that must not miss an end reconciles from NodeState.
-type StatusSink interface {
-	// WorkStatus is one change of one work item, e.g. Running -> Succeeded.
-	WorkStatus(ctx context.Context, node string, st *agentv1.WorkStatus)
-	// NodeState is the agent's whole view of its work. It comes on every
-	// connect and after the hub asked for a full sync (a revision gap), and
-	// replaces whatever the sink derived from earlier reports of node.
-	NodeState(ctx context.Context, node string, work []*agentv1.WorkStatus)
 }
 
 func (o *Options) defaults() error {
@@ -159,12 +119,6 @@ func (o *Options) defaults() error {
 	if o.CertificateValidity <= 0 {
 		o.CertificateValidity = 365 * 24 * time.Hour
 	}
-	if o.Work == nil {
-		o.Work = noWork{}
-	}
-	if o.Status == nil {
-		o.Status = discardStatus{}
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -173,15 +127,6 @@ func (o *Options) defaults() error {
 	}
 	return nil
 }
-
-type noWork struct{}
-
-func (noWork) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
-
-type discardStatus struct{}
-
-func (discardStatus) WorkStatus(context.Context, string, *agentv1.WorkStatus)  {}
-func (discardStatus) NodeState(context.Context, string, []*agentv1.WorkStatus) {}
 
 // recvLimit is the largest message the hub's gRPC server decodes.
 const recvLimit = 2 * protocol.MaxEnvelopeBytes
@@ -194,6 +139,11 @@ type Hub struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
+	// router joins the features; logs is the one that finds task logs
+	// (nil: none); calls are the Calls waiting for agents' reports.
+	router *router
+	logs   LogFinder
+	calls  calls
 
 	// mu guards live, sessions and wasReady.
 	mu       sync.Mutex
@@ -222,15 +172,28 @@ type Hub struct {
 	logReqs map[string]*logRequest
 }
 
-// New validates opts and returns a Hub that is not running yet.
+// New validates opts and returns a Hub that is not running yet, attached
+// to each of its features.
 func New(opts Options) (*Hub, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	return &Hub{
+	log := opts.Logger.With("hub", opts.Name)
+	m := newMetrics(opts.Registerer)
+	r, err := newRouter(opts.Features, m.unrouted, log)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := r.logFinder()
+	if err != nil {
+		return nil, err
+	}
+	h := &Hub{
 		opts:    opts,
-		log:     opts.Logger.With("hub", opts.Name),
-		metrics: newMetrics(opts.Registerer),
+		log:     log,
+		metrics: m,
+		router:  r,
+		logs:    logs,
 		live: liveness.New(liveness.Options{OfflineTimeout: opts.OfflineTimeout, RefreshInterval: opts.HeartbeatRefresh,
 			// A node that was connected reconnects within a heartbeat or two.
 			AdoptGrace: min(2*opts.HeartbeatInterval, opts.OfflineTimeout/2),
@@ -241,7 +204,11 @@ func New(opts Options) (*Hub, error) {
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
 		wasReady: map[string]metav1.Condition{},
-	}, nil
+	}
+	for _, f := range opts.Features {
+		f.Attach(link{h: h, f: f})
+	}
+	return h, nil
 }
 
 // Name is the hub's name.

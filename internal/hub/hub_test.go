@@ -47,7 +47,7 @@ func item(uid, typ, spec string) *agentv1.WorkItem {
 func TestDispatchRunsOnceAndReportsStatus(t *testing.T) {
 	f := newFixture(t, "hub-dispatch")
 	snk := &sink{}
-	h := f.startHub(Options{Name: "hub-dispatch", Status: snk})
+	h := f.startHub(Options{Name: "hub-dispatch", Features: feature(nil, snk)})
 	r := newRunner()
 	r.phase, r.reason = agent.PhaseSucceeded, "done"
 	const node = "dispatch-node"
@@ -165,7 +165,7 @@ func TestWorkSurvivesReconnects(t *testing.T) {
 			node := fmt.Sprintf("reconnect-node-%d", i)
 			snk := &sink{}
 			ws := &works{}
-			opts := Options{Name: "hub-reconnect", Work: ws, Status: snk}
+			opts := Options{Name: "hub-reconnect", Features: feature(ws, snk)}
 			h := f.startHub(opts)
 			restartHub := func() *runningHub {
 				o := opts
@@ -208,7 +208,7 @@ func TestAgentRestartAfterTheDispatchWasMissed(t *testing.T) {
 	f := newFixture(t, "hub-missed")
 	snk := &sink{}
 	ws := &works{}
-	h := f.startHub(Options{Name: "hub-missed", Work: ws, Status: snk})
+	h := f.startHub(Options{Name: "hub-missed", Features: feature(ws, snk)})
 	r := newRunner()
 	const node = "missed-node"
 	a := f.startAgent(f.agentOpts(node, h, r))
@@ -271,7 +271,7 @@ func TestRevisionsEndToEnd(t *testing.T) {
 	f := newFixture(t, "hub-revisions")
 	snk := &sink{}
 	ws := &works{}
-	h := f.startHub(Options{Name: "hub-revisions", Work: ws, Status: snk})
+	h := f.startHub(Options{Name: "hub-revisions", Features: feature(ws, snk)})
 	r := newRunner()
 	const node = "revisions-node"
 	f.startAgent(f.agentOpts(node, h, r))
@@ -341,7 +341,7 @@ func TestConcurrentDispatchesKeepRevisionOrder(t *testing.T) {
 	f := newFixture(t, "hub-concurrent")
 	snk := &sink{}
 	ws := &works{}
-	h := f.startHub(Options{Name: "hub-concurrent", Work: ws, Status: snk})
+	h := f.startHub(Options{Name: "hub-concurrent", Features: feature(ws, snk)})
 	r := newRunner()
 	const node = "concurrent-node"
 	f.startAgent(f.agentOpts(node, h, r))
@@ -395,7 +395,7 @@ func TestBurstLongerThanTheQueue(t *testing.T) {
 	f := newFixture(t, "hub-burst")
 	snk := &sink{}
 	ws := &works{}
-	h := f.startHub(Options{Name: "hub-burst", Work: ws, Status: snk})
+	h := f.startHub(Options{Name: "hub-burst", Features: feature(ws, snk)})
 	r := newRunner()
 	const node = "burst-node"
 	f.startAgent(f.agentOpts(node, h, r))
@@ -456,7 +456,7 @@ func TestCancellingRunningWork(t *testing.T) {
 			node := fmt.Sprintf("cancel-node-%d", i)
 			snk := &sink{}
 			ws := &works{}
-			h := f.startHub(Options{Name: "hub-cancel", Work: ws, Status: snk})
+			h := f.startHub(Options{Name: "hub-cancel", Features: feature(ws, snk)})
 			r := newRunner()
 			r.gate = make(chan struct{}) // never opened: only the cancel ends the run
 			a := f.startAgent(f.agentOpts(node, h, r))
@@ -495,8 +495,8 @@ func TestWorkFollowsTheNodeToAnotherHub(t *testing.T) {
 	f := newFixture(t, "hub-move")
 	ws := &works{}
 	snkA, snkB := &sink{}, &sink{}
-	a := f.startHub(Options{Name: "hub-move-a", Work: ws, Status: snkA})
-	b := f.startHub(Options{Name: "hub-move-b", Work: ws, Status: snkB})
+	a := f.startHub(Options{Name: "hub-move-a", Features: feature(ws, snkA)})
+	b := f.startHub(Options{Name: "hub-move-b", Features: feature(ws, snkB)})
 	r := newRunner()
 	r.gate = make(chan struct{})
 	const node = "move-node"
@@ -689,7 +689,7 @@ func TestNodeTransitionEvents(t *testing.T) {
 // the next message from it makes it Ready again, with the reason it had.
 func TestSilentNodeIsNotResponding(t *testing.T) {
 	f := newFixture(t, "hub-late")
-	h := f.startHub(Options{Name: "hub-late", OfflineTimeout: time.Hour, HeartbeatInterval: time.Second, Status: &sink{}})
+	h := f.startHub(Options{Name: "hub-late", OfflineTimeout: time.Hour, HeartbeatInterval: time.Second, Features: feature(nil, &sink{})})
 	const node = "late-node"
 	opts := f.agentOpts(node, h, newRunner())
 	opts.HeartbeatInterval = time.Hour // connected, and silent

@@ -153,7 +153,7 @@ func TestSyncLabels(t *testing.T) {
 // scheduler, which reads both, places tasks accordingly.
 func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
 	f := newFixture(t, "hub-agent-labels")
-	h := f.startHub(Options{Name: "hub-agent-labels", Status: &sink{}})
+	h := f.startHub(Options{Name: "hub-agent-labels", Features: feature(nil, &sink{})})
 	const node = "agent-labels-node"
 	opts := f.agentOpts(node, h, newRunner())
 	opts.Labels = map[string]string{"site": "berlin", "kind": "robot"}

@@ -15,6 +15,7 @@ type metrics struct {
 	acked         prometheus.Counter
 	batchItems    prometheus.Histogram
 	resyncs       prometheus.Counter
+	unrouted      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,9 +51,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "drover_hub_queue_resyncs_total", Help: "Snapshots sent because a node's send queue had filled: what did not fit went out in them.",
 		}),
+		unrouted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_reports_unrouted_total", Help: "Agent work reports (NodeState entries included) that no hub feature owns, dropped.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

@@ -152,7 +152,7 @@ func TestLiveHubsClaimTheNodesOfALostHub(t *testing.T) {
 // manager runs here), so the hub leaves it.
 func TestRevokedNodeIsNotReady(t *testing.T) {
 	f := newFixture(t, "hub-revoked")
-	h := f.startHub(Options{Name: "hub-revoked", Status: &sink{}})
+	h := f.startHub(Options{Name: "hub-revoked", Features: feature(nil, &sink{})})
 	const node = "revoked-node"
 	f.startAgent(f.agentOpts(node, h, newRunner()))
 	waitConnected(t, h, node)

@@ -37,11 +37,6 @@ import (
 // signed by the kube-apiserver's client CA, or a bearer token checked with a
 // TokenReview; then authorized with a SubjectAccessReview.
 
-// LogTarget finds the node and agent work uid of an attempt of the task
-// namespace/name (0: the current one). Errors that are gRPC statuses are
-// passed on; a NotFound API error becomes NotFound.
-type LogTarget func(ctx context.Context, namespace, name string, attempt int32) (node, uid string, err error)
-
 // Trailers a TaskLogs call that another hub must answer carries.
 const (
 	TrailerHub        = "drover-hub"
@@ -236,7 +231,7 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 	if err := h.authorize(ctx, u, req.GetNamespace(), req.GetName()); err != nil {
 		return err
 	}
-	if h.opts.TaskLogs == nil {
+	if h.logs == nil {
 		return status.Errorf(codes.Unimplemented, "hub %s serves no task logs", h.opts.Name)
 	}
 	stream_ := req.GetStream()
@@ -249,7 +244,7 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 	if req.GetAttempt() < 0 {
 		return status.Errorf(codes.InvalidArgument, "attempt %d: want 1 or more, or 0 for the current one", req.GetAttempt())
 	}
-	node, uid, err := h.opts.TaskLogs(ctx, req.GetNamespace(), req.GetName(), req.GetAttempt())
+	node, uid, err := h.logs.LogTarget(ctx, req.GetNamespace(), req.GetName(), req.GetAttempt())
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return err

@@ -56,7 +56,7 @@ func TestProgressReportsAndResume(t *testing.T) {
 	f := newFixture(t, "hub-progress")
 	snk := &sink{}
 	ws := &works{} // as in production, what is dispatched is also in the node's snapshot
-	h := f.startHub(Options{Name: "hub-progress", Status: snk, Work: ws})
+	h := f.startHub(Options{Name: "hub-progress", Features: feature(ws, snk)})
 	st := &stepper{}
 	const node = "progress-node"
 	opts := f.agentOpts(node, h, nil)

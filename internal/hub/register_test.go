@@ -25,7 +25,7 @@ import (
 // one by one.
 func TestRegistrationWrites(t *testing.T) {
 	f := newFixture(t, "hub-register-writes")
-	h := f.startHub(Options{Name: "hub-register-writes", Status: &sink{}})
+	h := f.startHub(Options{Name: "hub-register-writes", Features: feature(nil, &sink{})})
 	const node = "register-writes-node"
 	f.startAgent(f.agentOpts(node, h, newRunner()))
 	waitConnected(t, h, node)
@@ -77,7 +77,7 @@ func TestRegistrationWrites(t *testing.T) {
 // key, still work.
 func TestRegistrationIsBoundToTheFirstKey(t *testing.T) {
 	f := newFixture(t, "hub-register-key")
-	h := f.startHub(Options{Name: "hub-register-key", Status: &sink{}})
+	h := f.startHub(Options{Name: "hub-register-key", Features: feature(nil, &sink{})})
 	ctx := context.Background()
 	manual, err := bootstrap.Generate()
 	if err != nil {

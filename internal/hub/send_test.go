@@ -149,7 +149,7 @@ func TestSendMessageRefusals(t *testing.T) {
 func TestAgentReportRevisions(t *testing.T) {
 	f := newFixture(t, "hub-reports")
 	snk := &sink{}
-	h := f.startHub(Options{Name: "hub-reports", Status: snk})
+	h := f.startHub(Options{Name: "hub-reports", Features: feature(nil, snk)})
 	const node = "reports-node"
 	c := f.registerRaw(h, node).client(t, h.addr, false)
 	const agentRev = 10 // what the agent says the hub acknowledged before
@@ -261,7 +261,7 @@ func (w *loadingWorks) Ready() bool { return w.ready.Load() }
 func TestStreamsWaitForTheWorkToLoad(t *testing.T) {
 	f := newFixture(t, "hub-loading")
 	ws := &loadingWorks{}
-	h := f.startHub(Options{Name: "hub-loading", Work: ws})
+	h := f.startHub(Options{Name: "hub-loading", Features: feature(ws, nil)})
 	const node = "loading-node"
 	c := f.registerRaw(h, node).client(t, h.addr, false)
 

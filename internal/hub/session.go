@@ -158,7 +158,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		return status.Errorf(codes.PermissionDenied, "node %s is not approved: run `drover approve %s`", node, node)
 	}
 
-	if r, ok := h.opts.Work.(Readier); ok && !r.Ready() {
+	if !h.router.ready() {
 		return status.Errorf(codes.Unavailable, "hub %s is starting: the work it dispatches is still loading; reconnect shortly", h.opts.Name)
 	}
 	if err := protocol.CheckFeatures(req.GetFeatures()); err != nil {
@@ -286,7 +286,7 @@ func (h *Hub) sendSnapshot(ctx context.Context, s *session, agentHas uint64) err
 	s.mu.Lock()
 	b := s.m.BeginSnapshot()
 	s.mu.Unlock()
-	items, err := h.opts.Work.WorkFor(ctx, s.node)
+	items, err := h.router.WorkFor(ctx, s.node)
 	if err != nil {
 		s.step(func(m *hubsession.Machine) { m.AbortSnapshot(b) })
 		return status.Errorf(codes.Unavailable, "list work for node %s: %v", s.node, err)
@@ -454,7 +454,7 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 			h.metrics.duplicates.Inc()
 			return &agentv1.SendResponse{Duplicate: true}, nil
 		}
-		h.opts.Status.NodeState(ctx, node, p.NodeState.GetWork())
+		h.nodeState(ctx, node, p.NodeState.GetWork())
 		rev := int64(env.GetRevision())
 		h.writeStatus(ctx, node, "node-state", func(n *fleetv1.FleetNode) bool {
 			changed := applyInfo(n, p.NodeState.GetInfo())
@@ -477,7 +477,7 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 			switch v {
 			case protocol.Apply:
 				h.log.Debug("work status", "node", node, "uid", w.GetUid(), "phase", w.GetPhase())
-				h.opts.Status.WorkStatus(ctx, node, w)
+				h.workStatus(ctx, node, w)
 				applied++
 			case protocol.Gap:
 				return &agentv1.SendResponse{FullSyncRequired: true}, nil

@@ -21,7 +21,7 @@ const sendQueue = hubsession.DefaultQueueLimit
 // network. For tests of how the hub drives a session; the session's rules
 // are tested in internal/hub/session from scripts.
 func bareHub(node string) (*Hub, *session) {
-	h := &Hub{opts: Options{Name: "bare", Work: noWork{}, Status: discardStatus{}}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
+	h := &Hub{opts: Options{Name: "bare"}, router: &router{}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
 	s := newSession(node, 0, 0, nil)
 	h.sessions[node] = s
 	return h, s
@@ -212,7 +212,7 @@ func TestSendsBreakingTheProtocolAreRefused(t *testing.T) {
 	for i := range 3 {
 		big = append(big, &agentv1.WorkItem{Uid: fmt.Sprint("w", i), Type: "noop", Spec: make([]byte, protocol.MaxSpecBytes)})
 	}
-	h.opts.Work = &works{items: map[string][]*agentv1.WorkItem{node: big}}
+	h.router = &router{features: feature(&works{items: map[string][]*agentv1.WorkItem{node: big}}, nil)}
 	for _, tc := range []struct {
 		name string
 		send func() error
@@ -267,7 +267,7 @@ func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 	h.sessions[node] = s
 	listed := []*agentv1.WorkItem{{Uid: "kept", Type: "noop"}, {Uid: "cancelled", Type: "noop"}}
 	g := &gatedWorks{items: listed, entered: make(chan struct{}), release: make(chan struct{})}
-	h.opts.Work = g
+	h.router = &router{features: feature(g, nil)}
 
 	done := make(chan error, 1)
 	go func() { done <- h.sendSnapshot(t.Context(), s, have) }()

@@ -146,7 +146,7 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 	s.layout, _ = topics.New("")
 	h, err := hub.New(hub.Options{
 		Name: ns, Client: e.Client, Namespace: s.ns, ListenAddress: "127.0.0.1:0",
-		ServingHosts: []string{"127.0.0.1"}, Work: s.works, Status: s.sink, Logger: s.log.With("component", "hub"),
+		ServingHosts: []string{"127.0.0.1"}, Features: []hub.Feature{feature{s.works, s.sink}}, Logger: s.log.With("component", "hub"),
 		HeartbeatInterval: 2 * time.Second, OfflineTimeout: o.offline, Now: o.now,
 	})
 	if err != nil {
@@ -485,6 +485,18 @@ func (s *sink) waitPhase(t *testing.T, node, uid, phase string) []*agentv1.WorkS
 	})
 	return got
 }
+
+// feature is the hub's one feature: works' items and sink's reports, every uid.
+type feature struct {
+	*works
+	*sink
+}
+
+var _ hub.Feature = feature{}
+
+func (feature) Name() string     { return "test" }
+func (feature) Owns(string) bool { return true }
+func (feature) Attach(hub.Link)  {}
 
 // works is a WorkSource whose items tests set.
 type works struct {

@@ -52,17 +52,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/nodejob"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
-
-// Hub is what the executor needs of a hub.
-type Hub interface {
-	Dispatch(node string, item *agentv1.WorkItem) error
-	Cancel(node, uid string) error
-	Connected(node string) bool
-}
 
 // Options configure an Executor.
 type Options struct {
@@ -113,11 +107,11 @@ func urgent(rs []report) bool {
 	return false
 }
 
-// Executor implements hub.WorkSource and hub.StatusSink for node jobs.
+// Executor is the hub feature of node jobs.
 type Executor struct {
 	opts Options
 	log  *slog.Logger
-	hub  atomic.Pointer[Hub]
+	hub  atomic.Pointer[hub.Link]
 
 	mu sync.Mutex
 	// want: node → uid → the item the node should hold (InProgress entries).
@@ -136,7 +130,12 @@ type Executor struct {
 	writes, reports prometheus.Counter
 }
 
-// New returns an executor; call SetHub before the hub serves agents.
+var (
+	_ hub.Feature = (*Executor)(nil)
+	_ hub.Readier = (*Executor)(nil)
+)
+
+// New returns an executor; hub.New attaches it to its hub.
 func New(opts Options) *Executor {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 250 * time.Millisecond
@@ -167,8 +166,24 @@ func New(opts Options) *Executor {
 	return e
 }
 
-// SetHub tells the executor where to send work.
-func (e *Executor) SetHub(h Hub) { e.hub.Store(&h) }
+// Name implements hub.Feature.
+func (e *Executor) Name() string { return "nodejob" }
+
+// Owns implements hub.Feature: the uids of the node jobs this executor
+// indexed, and their confirmations. A job's work uid is the job's uid.
+func (e *Executor) Owns(uid string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.jobs[uid]; ok {
+		return true
+	}
+	job, ok := strings.CutSuffix(uid, nodejobwire.ConfirmUID(""))
+	_, known := e.jobs[job]
+	return ok && known
+}
+
+// Attach implements hub.Feature: the executor sends work through l.
+func (e *Executor) Attach(l hub.Link) { e.hub.Store(&l) }
 
 // SetupWithManager registers the slice controller (on every hub, without
 // leader election) and the report writer.
@@ -535,7 +550,7 @@ func normalizeRegistry(h string) string {
 // Ready implements hub.Readier: the node jobs have loaded.
 func (e *Executor) Ready() bool { return e.synced.Load() }
 
-// WorkFor implements hub.WorkSource: the node's node-job items.
+// WorkFor implements hub.Feature: the node's node-job items.
 func (e *Executor) WorkFor(_ context.Context, node string) ([]*agentv1.WorkItem, error) {
 	if !e.synced.Load() {
 		// An empty list would make the agent cancel work it runs.
@@ -550,12 +565,12 @@ func (e *Executor) WorkFor(_ context.Context, node string) ([]*agentv1.WorkItem,
 	return out, nil
 }
 
-// WorkStatus implements hub.StatusSink.
+// WorkStatus implements hub.Feature.
 func (e *Executor) WorkStatus(_ context.Context, node string, st *agentv1.WorkStatus) {
 	e.enqueue(node, st)
 }
 
-// NodeState implements hub.StatusSink.
+// NodeState implements hub.Feature.
 func (e *Executor) NodeState(_ context.Context, node string, work []*agentv1.WorkStatus) {
 	for _, st := range work {
 		if st.GetMessage() != "" {

@@ -3,6 +3,7 @@ package nodejobhub_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -27,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/nodejob"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobhub"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
@@ -90,6 +92,14 @@ func (h *recordingHub) Connected(node string) bool {
 	return h.connected[node]
 }
 
+func (h *recordingHub) HubName() string { return "test-hub" }
+
+func (h *recordingHub) Call(context.Context, string, *agentv1.WorkItem, func(*agentv1.WorkStatus) bool) (*agentv1.WorkStatus, error) {
+	return nil, errors.New("node jobs make no calls")
+}
+
+var _ hub.Link = (*recordingHub)(nil)
+
 func (h *recordingHub) has(list *[]string, want string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -118,7 +128,7 @@ func start(t *testing.T, hold time.Duration) (*nodejobhub.Executor, *recordingHu
 	}
 	e := nodejobhub.New(nodejobhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, HoldInterval: hold, Logger: logger})
 	h := &recordingHub{connected: map[string]bool{"n1": true}, specs: map[string][]byte{}}
-	e.SetHub(h)
+	e.Attach(h)
 	if err := e.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -243,6 +253,11 @@ func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 
 	// Reports of work that is not a node job's are not ours.
 	e.WorkStatus(ctx, "n1", &agentv1.WorkStatus{Uid: "some-task", Phase: "Succeeded"})
+	for id, want := range map[string]bool{uid: true, nodejobwire.ConfirmUID(uid): true, "some-task": false, nodejobwire.ConfirmUID("some-task"): false} {
+		if got := e.Owns(id); got != want {
+			t.Errorf("Owns(%s) = %v, want %v", id, got, want)
+		}
+	}
 
 	// Deleting the job cancels its work on connected nodes.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -265,6 +280,9 @@ func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 	})
 	if items, _ := e.WorkFor(ctx, "n3"); len(items) != 0 {
 		t.Errorf("a deleted job's work is still listed for n3: %v", items)
+	}
+	if e.Owns(uid) {
+		t.Errorf("the executor still owns deleted job %s's uid", uid)
 	}
 }
 

@@ -162,15 +162,13 @@ func start(t *testing.T) *fixture {
 	if err := f.d.SetupWithManager(context.Background(), mgr); err != nil {
 		t.Fatal(err)
 	}
-	mux := hub.NewMux(hub.Route{Name: "tasks", Owns: Owns, Work: f.d, Status: f.d})
 	h, err := hub.New(hub.Options{Name: "hub-" + base, Client: f.c, Namespace: f.droverNS, ListenAddress: "127.0.0.1:0",
-		ServingHosts: []string{"127.0.0.1"}, Work: mux, Status: mux, TaskLogs: f.d.LogTarget,
+		ServingHosts: []string{"127.0.0.1"}, Features: []hub.Feature{f.d},
 		Logger: logger.With("component", "hub"), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.hub = h
-	f.d.SetHub(h)
 	if err := mgr.Add(h); err != nil {
 		t.Fatal(err)
 	}

@@ -298,7 +298,7 @@ func TestLogsClient(t *testing.T) {
 
 	// Another hub, which the node is not connected to, sends the client on.
 	other, err := hub.New(hub.Options{Name: "other-" + f.hub.Name(), Client: f.c, Namespace: f.droverNS, ListenAddress: "127.0.0.1:0",
-		ServingHosts: []string{"127.0.0.1"}, TaskLogs: f.d.LogTarget})
+		ServingHosts: []string{"127.0.0.1"}, Features: []hub.Feature{logsOnly{f.d}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,4 +428,21 @@ func TestEarlierAttemptLogs(t *testing.T) {
 		}
 		return true, nil
 	})
+}
+
+// logsOnly is a hub feature that finds task logs with d and carries no
+// work: a second hub must not take d's link to the first one.
+type logsOnly struct{ d *Dispatcher }
+
+var _ hub.LogFinder = logsOnly{}
+
+func (logsOnly) Name() string                                                 { return "tasklogs" }
+func (logsOnly) Owns(string) bool                                             { return false }
+func (logsOnly) Attach(hub.Link)                                              {}
+func (logsOnly) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
+func (logsOnly) WorkStatus(context.Context, string, *agentv1.WorkStatus)      {}
+func (logsOnly) NodeState(context.Context, string, []*agentv1.WorkStatus)     {}
+
+func (l logsOnly) LogTarget(ctx context.Context, namespace, name string, attempt int32) (string, string, error) {
+	return l.d.LogTarget(ctx, namespace, name, attempt)
 }

@@ -56,6 +56,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
@@ -77,14 +78,6 @@ const (
 	ReasonCleanedUp  = "CleanedUp"
 	ReasonCleanup    = "CleanupTimeout"
 )
-
-// Hub is what the dispatcher needs of a hub.
-type Hub interface {
-	Dispatch(node string, item *agentv1.WorkItem) error
-	Cancel(node, uid string) error
-	Connected(node string) bool
-	Name() string
-}
 
 // Options configure a Dispatcher.
 type Options struct {
@@ -168,11 +161,11 @@ type written struct {
 	at   time.Time
 }
 
-// Dispatcher implements hub.WorkSource and hub.StatusSink for tasks.
+// Dispatcher is the hub feature of tasks.
 type Dispatcher struct {
 	opts Options
 	log  *slog.Logger
-	hub  atomic.Pointer[Hub]
+	hub  atomic.Pointer[hub.Link]
 
 	synced atomic.Bool
 	// slots bounds the task writes in flight at once.
@@ -207,7 +200,13 @@ type metrics struct {
 	dispatched, reports, writes, conflicts, cancels prometheus.Counter
 }
 
-// New returns a dispatcher; call SetHub before the hub serves agents.
+var (
+	_ hub.Feature   = (*Dispatcher)(nil)
+	_ hub.Readier   = (*Dispatcher)(nil)
+	_ hub.LogFinder = (*Dispatcher)(nil)
+)
+
+// New returns a dispatcher; hub.New attaches it to its hub.
 func New(opts Options) *Dispatcher {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 100 * time.Millisecond
@@ -251,10 +250,16 @@ func New(opts Options) *Dispatcher {
 	return d
 }
 
-// SetHub tells the dispatcher where to send work.
-func (d *Dispatcher) SetHub(h Hub) { d.hub.Store(&h) }
+// Name implements hub.Feature.
+func (d *Dispatcher) Name() string { return "task" }
 
-func (d *Dispatcher) getHub() Hub {
+// Owns implements hub.Feature: task attempts' work uids (Owns).
+func (d *Dispatcher) Owns(uid string) bool { return Owns(uid) }
+
+// Attach implements hub.Feature: the dispatcher sends work through l.
+func (d *Dispatcher) Attach(l hub.Link) { d.hub.Store(&l) }
+
+func (d *Dispatcher) getHub() hub.Link {
 	if h := d.hub.Load(); h != nil {
 		return *h
 	}
@@ -373,7 +378,7 @@ func active(t *batchv1.Task) bool {
 // Ready implements hub.Readier: the tasks have loaded.
 func (d *Dispatcher) Ready() bool { return d.synced.Load() }
 
-// WorkFor implements hub.WorkSource: the current attempt of every task on
+// WorkFor implements hub.Feature: the current attempt of every task on
 // node that is Scheduled, Dispatching or Running. The Scheduled ones are
 // written Dispatching, as this snapshot sends them.
 func (d *Dispatcher) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error) {
@@ -414,12 +419,12 @@ func (d *Dispatcher) recordSent(t *batchv1.Task, node, work string) {
 	d.sent[t.UID] = sent{key: client.ObjectKeyFromObject(t), node: node, work: work}
 }
 
-// WorkStatus implements hub.StatusSink.
+// WorkStatus implements hub.Feature.
 func (d *Dispatcher) WorkStatus(_ context.Context, node string, st *agentv1.WorkStatus) {
 	d.report(node, st, true)
 }
 
-// NodeState implements hub.StatusSink. A NodeState carries phases without
+// NodeState implements hub.Feature. A NodeState carries phases without
 // the runner's report: it moves a task along (and ends it) when the
 // statuses that carried the reports were lost.
 func (d *Dispatcher) NodeState(_ context.Context, node string, work []*agentv1.WorkStatus) {
@@ -669,7 +674,7 @@ func (d *Dispatcher) cleanup(ctx context.Context, t *batchv1.Task) (reconcile.Re
 			return d.release(ctx, t, fmt.Sprintf("node %s no longer exists", node))
 		case err != nil:
 			return reconcile.Result{}, err
-		case fn.Status.Phase != fleetv1.FleetNodeOnline || fn.Status.Hub == "" || (h != nil && fn.Status.Hub == h.Name()):
+		case fn.Status.Phase != fleetv1.FleetNodeOnline || fn.Status.Hub == "" || (h != nil && fn.Status.Hub == h.HubName()):
 			// Its agent cancels the attempt when its next snapshot (on
 			// reconnect, to whichever hub) leaves it out. (Online on this
 			// hub without a stream: it left, and is not Offline yet.)
@@ -914,7 +919,7 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 	key := client.ObjectKeyFromObject(t)
 	hub := ""
 	if h := d.getHub(); h != nil {
-		hub = h.Name()
+		hub = h.HubName()
 	}
 	orig := t.DeepCopy()
 	if !applyReports(t, p, hub, d.opts.Now()) {
@@ -1190,8 +1195,9 @@ func setTime(dst **metav1.Time, s string) bool {
 	return true
 }
 
-// LogTarget finds the node and work id of attempt (0: the current one) of
-// the task namespace/name, for the hub's TaskLogs.
+// LogTarget implements hub.LogFinder: it finds the node and work id of
+// attempt (0: the current one) of the task namespace/name, for the hub's
+// TaskLogs.
 func (d *Dispatcher) LogTarget(ctx context.Context, namespace, name string, attempt int32) (node, uid string, err error) {
 	var t batchv1.Task
 	if err := d.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &t); err != nil {
