@@ -1,9 +1,9 @@
 package taskctl
 
 import (
-	"time"
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
