@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
+	"github.com/drover-fleet/drover/internal/clock"
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
@@ -39,31 +41,30 @@ func startTaskAgent(t *testing.T, dir string) *taskAgent {
 	return startTaskAgentWith(t, dir, nil)
 }
 
-// startTaskAgentWith is startTaskAgent with clock as the exec driver's
-// clock (of ended attempts and their retention); nil is time.Now.
-func startTaskAgentWith(t *testing.T, dir string, clock func() time.Time) *taskAgent {
+// startTaskAgentWith is startTaskAgent on clk (of task timeouts, ended
+// attempts and their retention); nil is the wall clock.
+func startTaskAgentWith(t *testing.T, dir string, clk clock.Clock) *taskAgent {
 	t.Helper()
-	return startTaskAgentOpts(t, dir, clock, nil)
+	return startTaskAgentOpts(t, dir, clk, nil)
 }
 
 // startTaskAgentOpts is startTaskAgentWith with mutate changing the
 // agent's options first.
-func startTaskAgentOpts(t *testing.T, dir string, clock func() time.Time, mutate func(*Options)) *taskAgent {
+func startTaskAgentOpts(t *testing.T, dir string, clk clock.Clock, mutate func(*Options)) *taskAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: dir, Capacity: map[string]string{"cpu": "1"}}
+	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: dir, Capacity: map[string]string{"cpu": "1"}, Clock: clk}
 	if mutate != nil {
 		mutate(&opts)
 	}
 	if err := opts.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, filepath.Join(dir, "agent.db"), store.Options{})
+	db, err := store.Open(ctx, filepath.Join(dir, "agent.db"), store.Options{Clock: opts.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024),
-		taskClock: clock}
+	a := &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024)}
 	tasks, err := a.taskRunners(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -586,16 +587,14 @@ func TestCancelSurvivesAnAgentRestart(t *testing.T) {
 // finished one since it finished, the stopped one since it was stopped.
 func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	var (
-		mu  sync.Mutex
-		now = t0
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clk := clocktest.New(t0)
+	// The collector of the exec driver may run beside the test's own GC
+	// calls (stepping the clock fires its timer): every check is of what
+	// is on disk after the test's call, which a pass at the same time or
+	// earlier cannot change.
 	gc := func(t *testing.T, a *taskAgent, at time.Time, want map[string]bool) {
 		t.Helper()
-		mu.Lock()
-		now = at
-		mu.Unlock()
+		clk.Step(at.Sub(clk.Now()))
 		if _, err := a.driver.GC(context.Background()); err != nil {
 			t.Fatalf("GC at %s: %v", at, err)
 		}
@@ -612,7 +611,7 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 		return c.data(), err
 	}
 	ctx := context.Background()
-	a := startTaskAgentWith(t, t.TempDir(), clock)
+	a := startTaskAgentWith(t, t.TempDir(), clk)
 	const finished, lost = "task-done-1", "task-lost-1"
 	putTask(t, a.db, finished, taskwire.Spec{Command: []string{"echo", "finished output"}})
 	a.schedule(finished)
@@ -626,9 +625,7 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 	})
 
 	// Two hours later the hub is back in touch; its snapshot holds neither.
-	mu.Lock()
-	now = t0.Add(2 * time.Hour)
-	mu.Unlock()
+	clk.Step(2 * time.Hour)
 	if err := a.handleBatch(ctx, &fakeHub{}, protocol.NewTracker(0), []*agentv1.Envelope{protocol.NewSnapshot("n1", 1, nil)}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,15 @@ import (
 // every watched process.
 func (d *Driver) monitor() {
 	defer close(d.done)
-	timer := time.NewTimer(time.Hour)
+	clk := d.opts.Clock
+	timer := clk.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		next := d.scan(time.Now())
+		next := d.scan(clk.Now())
 		var tick <-chan time.Time
 		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-			tick = timer.C
+			timer.Reset(next.Sub(clk.Now()))
+			tick = timer.Chan()
 		}
 		select {
 		case <-d.stop:
