@@ -111,7 +111,7 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Ended at t0+50m.
-	setClock(clock, t0.Add(50 * time.Minute))
+	setClock(clock, t0.Add(50*time.Minute))
 	run(t, d, "task-young-1", &taskwire.Spec{Command: []string{"echo", "still wanted"}})
 
 	gc(t0.Add(59 * time.Minute))
@@ -136,7 +136,7 @@ func TestGC(t *testing.T) {
 
 	// The running task is stopped at t0+24h (as when the hub drops it):
 	// its dir goes an hour later.
-	setClock(clock, t0.Add(24 * time.Hour))
+	setClock(clock, t0.Add(24*time.Hour))
 	sleeper.Cancel()
 	wait(t, sleeper)
 	gc(t0.Add(24*time.Hour + 59*time.Minute))
@@ -174,7 +174,7 @@ func TestGCSparesAPreparedAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setClock(clock, t0.Add(48 * time.Hour))
+	setClock(clock, t0.Add(48*time.Hour))
 	if removed, err := d.GC(context.Background()); err != nil || len(removed) != 0 {
 		t.Fatalf("GC while prepared = %v, %v; want nothing removed", removed, err)
 	}
