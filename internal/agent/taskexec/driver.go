@@ -64,9 +64,11 @@ type Options struct {
 	// Clock is the clock of timeouts, kill timeouts, polls, ended marks,
 	// the retention period and the collector's passes. Default clock.Real().
 	// The collector's first pass runs at New on its own goroutine; it waits
-	// on Clock for the next one only once that pass is over, so a test with
-	// a fake clock that calls GC itself first waits for one waiter
-	// (clocktest.Fake.BlockUntilWaiters) before moving time on.
+	// on Clock for the next one only once that pass is over, and the
+	// monitor waits on Clock only while it watches a process. So a test
+	// with a fake clock that calls GC itself waits for one waiter
+	// (clocktest.Fake.BlockUntilWaiters) before it starts any process or
+	// moves time on.
 	Clock clock.Clock
 	// HTTPClient fetches artifacts. Default: a client with a 10 minute timeout.
 	HTTPClient *http.Client

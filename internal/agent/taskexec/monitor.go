@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
@@ -18,24 +19,33 @@ import (
 func (d *Driver) monitor() {
 	defer close(d.done)
 	clk := d.opts.Clock
-	timer := clk.NewTimer(time.Hour)
-	timer.Stop()
+	// Made only once a process needs it: a driver that watches none waits
+	// on nothing but its channels (see Options.Clock).
+	var timer clock.Timer
 	for {
 		next := d.scan(clk.Now())
 		var tick <-chan time.Time
 		if !next.IsZero() {
-			timer.Reset(next.Sub(clk.Now()))
+			if timer == nil {
+				timer = clk.NewTimer(next.Sub(clk.Now()))
+			} else {
+				timer.Reset(next.Sub(clk.Now()))
+			}
 			tick = timer.Chan()
 		}
 		select {
 		case <-d.stop:
-			timer.Stop()
+			if timer != nil {
+				timer.Stop()
+			}
 			return
 		case <-d.wake:
 		case <-d.sig:
 		case <-tick:
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 	}
 }
 
