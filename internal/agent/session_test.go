@@ -26,7 +26,7 @@ import (
 )
 
 // sessionTimeout bounds a session that must end by itself.
-const sessionTimeout = 10 * time.Second
+const sessionTimeout = testkit.DefaultTimeout
 
 // quietHub is an AgentHubClient whose stream never breaks by itself, as an
 // MQTT stream whose hub ended the session without a word: it sends a

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,10 +24,11 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	taskwire "github.com/drover-fleet/drover/internal/task/taskwire"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // taskWait bounds the waits of the task tests (processes run for seconds).
-const taskWait = 30 * time.Second
+const taskWait = testkit.DefaultTimeout
 
 // taskAgent is an agent on dir's DB with the task runners, its work loop
 // running (not connected to any hub: reports stay in the outbox).
@@ -138,41 +140,33 @@ func taskStatuses(t *testing.T, a *Agent) map[string][]taskStatus {
 // Running, and returns all statuses.
 func waitStatuses(t *testing.T, a *Agent, uids ...string) map[string][]taskStatus {
 	t.Helper()
-	deadline := time.Now().Add(taskWait)
-	for {
-		all := taskStatuses(t, a)
-		missing := ""
+	var all map[string][]taskStatus
+	testkit.Eventually(t, taskWait, func() string {
+		all = taskStatuses(t, a)
 		for _, uid := range uids {
-			ss := all[uid]
-			if len(ss) == 0 || ss[len(ss)-1].phase == PhaseRunning {
-				missing = uid
+			if ss := all[uid]; len(ss) == 0 || ss[len(ss)-1].phase == PhaseRunning {
+				return fmt.Sprintf("%s has not ended: statuses %+v", uid, all)
 			}
 		}
-		if missing == "" {
-			return all
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has not ended after %s: statuses %+v", missing, taskWait, all)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
+	return all
 }
 
 // waitRunning waits for uid's Running report and returns it.
 func waitRunning(t *testing.T, a *Agent, uid string) taskwire.Report {
 	t.Helper()
-	deadline := time.Now().Add(taskWait)
-	for {
+	var rep taskwire.Report
+	testkit.Eventually(t, taskWait, func() string {
 		for _, s := range taskStatuses(t, a)[uid] {
 			if s.phase == PhaseRunning {
-				return s.report
+				rep = s.report
+				return ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Running report of %s after %s", uid, taskWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return "no Running report of " + uid
+	})
+	return rep
 }
 
 func code(r taskwire.Report) string {
@@ -257,13 +251,12 @@ func TestCancelledTaskIsReportedOnceItsProcessIsGone(t *testing.T) {
 	putTask(t, a.db, "task-c-1", taskwire.Spec{Command: []string{"sh", "-c", `trap "" TERM; touch "$R"; sleep 60`}, Env: []string{"R=" + ready}, KillTimeoutSeconds: 1})
 	a.schedule("task-c-1")
 	pid := waitRunning(t, a.Agent, "task-c-1").PID
-	deadline := time.Now().Add(taskWait)
-	for _, err := os.Stat(ready); err != nil; _, err = os.Stat(ready) {
-		if time.Now().After(deadline) {
-			t.Fatal("the task did not set its trap")
+	testkit.Eventually(t, taskWait, func() string {
+		if _, err := os.Stat(ready); err != nil {
+			return "the task has not set its trap"
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := a.cancel(context.Background(), "task-c-1", "cancelled by the hub"); err != nil {
 		t.Fatal(err)
 	}
@@ -294,13 +287,12 @@ func TestTaskOutlivesAnAgentRestart(t *testing.T) {
 		t.Fatalf("stopping the agent ended task process %d", pid)
 	}
 	b := startTaskAgent(t, dir)
-	deadline := time.Now().Add(taskWait)
-	for b.driver.Watching() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the new agent did not re-attach the task")
+	testkit.Eventually(t, taskWait, func() string {
+		if n := b.driver.Watching(); n != 1 {
+			return fmt.Sprintf("the new agent watches %d processes, want the task's", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -413,23 +405,22 @@ func TestTasksAfterAnAgentCrash(t *testing.T) {
 		pids[uid] = ss[0].report.PID
 	}
 	db.Close()
-	deadline := time.Now().Add(taskWait)
-	for alive(pids["task-gone-1"]) {
-		if time.Now().After(deadline) {
-			t.Fatal("sleep 1 still runs")
+	testkit.Eventually(t, taskWait, func() string {
+		if alive(pids["task-gone-1"]) {
+			return "sleep 1 still runs"
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	if !alive(pids["task-watch-1"]) {
 		t.Fatal("the agent's death killed its task")
 	}
 	b := startTaskAgent(t, dir)
-	for b.driver.Watching() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the new agent did not re-attach the tasks that still run")
+	testkit.Eventually(t, taskWait, func() string {
+		if n := b.driver.Watching(); n < 2 {
+			return fmt.Sprintf("the new agent re-attached %d of the 2 tasks that still run", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +455,7 @@ func TestTaskCrashHelper(t *testing.T) {
 		waitRunning(t, a.Agent, uid)
 	}
 	os.Stdout.WriteString("helper: ready\n")
-	time.Sleep(taskWait) // killed before this ends
+	<-time.After(taskWait) // not a synchronisation: the parent test kills this process first
 	t.Error("the helper was not killed")
 }
 
@@ -481,13 +472,12 @@ func TestTaskGoroutines(t *testing.T) {
 		a.schedule(uid)
 		uids = append(uids, uid)
 	}
-	deadline := time.Now().Add(taskWait)
-	for a.driver.Watching() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d tasks running after %s", a.driver.Watching(), n, taskWait)
+	testkit.Eventually(t, taskWait, func() string {
+		if w := a.driver.Watching(); w < n {
+			return fmt.Sprintf("%d of %d tasks running", w, n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	during := runtime.NumGoroutine()
 	t.Logf("goroutines: %d before, %d with %d tasks running", before, during, n)
 	if during-before > n+constant {
@@ -528,13 +518,12 @@ func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
 		t.Fatal("the task ended with the agent")
 	}
 	b := startTaskAgent(t, dir)
-	deadline := time.Now().Add(taskWait)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of dropped work still runs", pid)
+	testkit.Eventually(t, taskWait, func() string {
+		if alive(pid) {
+			return fmt.Sprintf("process %d of dropped work still runs", pid)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	if acts, err := b.db.Actions(context.Background(), "task-d-1"); err != nil || len(acts) != 0 {
 		t.Errorf("records of dropped work: %+v %v, want none", acts, err)
 	}
@@ -629,13 +618,12 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 	if err := a.handleBatch(ctx, &fakeHub{}, protocol.NewTracker(0), []*agentv1.Envelope{protocol.NewSnapshot("n1", 1, nil)}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(taskWait)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of the dropped attempt still runs", pid)
+	testkit.Eventually(t, taskWait, func() string {
+		if alive(pid) {
+			return fmt.Sprintf("process %d of the dropped attempt still runs", pid)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	waitFor(t, func() bool {
 		_, err := os.Stat(filepath.Join(a.driver.TaskDir(lost), taskexec.EndedFile))
 		return err == nil
