@@ -254,7 +254,12 @@ func TestRotation(t *testing.T) {
 	d := newDriver(t, Options{MaxLogBytes: limit, PollInterval: 10 * time.Millisecond})
 	log := filepath.Join(d.TaskDir("task-rot-1"), StdoutFile)
 	// Write 100 KiB, wait for the monitor to rotate, then write the end.
-	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; while [ ! -e "$LOG.1" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
+	// The rotation is over once the file was truncated, not when .1
+	// appears: an END written between the two would be truncated away. The
+	// loop's bound (testTimeout) only keeps a failing test from leaving it
+	// running.
+	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; ` +
+		`while { [ ! -e "$LOG.1" ] || [ "$(wc -c <"$LOG")" -ge 102400 ]; } && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
 	r := run(t, d, "task-rot-1", &taskwire.Spec{Command: []string{"sh", "-c", script}, Env: []string{"LOG=" + log}})
 	if r.Phase != taskwire.PhaseSucceeded {
 		t.Fatalf("result %+v", r)
