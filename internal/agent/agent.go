@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -70,6 +71,10 @@ type Options struct {
 	// hub. An MQTT agent sets mqttclient's (see cmd). Registration always
 	// uses gRPC to Hubs.
 	Connect Connector
+	// Clock times heartbeats, reconnect and registration backoff, the
+	// hub's hello, log polls, task timeouts and the retention of task
+	// dirs, and stamps the agent DB. Default clock.Real().
+	Clock clock.Clock
 	// Logger for operators. Default: discard.
 	Logger *slog.Logger
 }
@@ -165,6 +170,7 @@ func (o *Options) defaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	o.Clock = clock.Or(o.Clock)
 	if o.Capacity == nil {
 		o.Capacity = detectCapacity()
 	}
@@ -223,10 +229,6 @@ type Agent struct {
 	// linger is how the flusher waits for more reports while work is
 	// queued (tests set it); nil waits reportLinger.
 	linger func(context.Context) error
-	// taskClock is the exec driver's clock, of ended attempts and their
-	// retention (tests set it); nil is time.Now.
-	taskClock func() time.Time
-
 	// connMu guards conn, closed while a stream is open.
 	connMu sync.Mutex
 	conn   chan struct{}
@@ -268,7 +270,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir %s: %w", opts.StateDir, err)
 	}
-	db, err := store.Open(ctx, filepath.Join(opts.StateDir, "agent.db"), store.Options{Logger: opts.Logger})
+	db, err := store.Open(ctx, filepath.Join(opts.StateDir, "agent.db"), store.Options{Logger: opts.Logger, Clock: opts.Clock})
 	if err != nil {
 		return err
 	}
@@ -340,7 +342,7 @@ func (a *Agent) connectLoop(ctx context.Context, id store.Identity) error {
 	backoff := 500 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		hub := hubs[(start+attempt)%len(hubs)]
-		began := time.Now()
+		began := a.opts.Clock.Now()
 		err := a.session(ctx, id, hub)
 		if ctx.Err() != nil {
 			return nil
@@ -350,14 +352,12 @@ func (a *Agent) connectLoop(ctx context.Context, id store.Identity) error {
 			a.log.Error("agent stopped", "hub", hub, "err", err)
 			return err
 		}
-		if time.Since(began) > 30*time.Second {
+		if a.opts.Clock.Since(began) > 30*time.Second {
 			backoff = 500 * time.Millisecond
 		}
 		a.log.Warn("hub connection lost; reconnecting", "hub", hub, "err", err, "retryIn", backoff)
-		select {
-		case <-ctx.Done():
+		if a.sleep(ctx, backoff+rand.N(backoff/2+1)) != nil {
 			return nil
-		case <-time.After(backoff + rand.N(backoff/2+1)):
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}

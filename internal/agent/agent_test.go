@@ -18,10 +18,11 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // testTimeout bounds every wait in this file.
-const testTimeout = 10 * time.Second
+const testTimeout = testkit.DefaultTimeout
 
 func TestHostOf(t *testing.T) {
 	for addr, want := range map[string]string{
@@ -566,13 +567,12 @@ func TestCancelInterruptsARunningItem(t *testing.T) {
 		}
 		return got
 	}
-	deadline := time.Now().Add(testTimeout)
-	for len(statuses()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("statuses %q after %s, want 2", statuses(), testTimeout)
+	testkit.Eventually(t, testTimeout, func() string {
+		if got := statuses(); len(got) < 2 {
+			return fmt.Sprintf("statuses %q, want 2", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -631,13 +631,12 @@ func TestOneFullSyncPerGap(t *testing.T) {
 	hub := &fakeHub{tracker: protocol.NewTracker(0)}
 	done := make(chan error, 1)
 	go func() { done <- a.flushOutbox(ctx, hub) }()
-	deadline := time.Now().Add(testTimeout)
-	for len(outbox(t, a)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox not flushed after %s", testTimeout)
+	testkit.Eventually(t, testTimeout, func() string {
+		if n := len(outbox(t, a)); n > 0 {
+			return fmt.Sprintf("%d reports still in the outbox", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -676,18 +675,17 @@ func TestARunnersVerdictIsClippedToTheProtocol(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.runWork(ctx) }()
-	deadline := time.Now().Add(testTimeout)
-	for len(outbox(t, a)) < 5 {
+	testkit.Eventually(t, testTimeout, func() string {
 		select {
 		case err := <-done:
 			t.Fatalf("the work loop stopped: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reports after %s, want 5", len(outbox(t, a)), testTimeout)
+		if n := len(outbox(t, a)); n < 5 {
+			return fmt.Sprintf("%d reports, want 5", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -798,13 +796,12 @@ func TestAFullWorkQueueLosesNothing(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.runWork(ctx) }()
-	deadline := time.Now().Add(testTimeout)
-	for len(outbox(t, a)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d items reported after %s", len(outbox(t, a)), n, testTimeout)
+	testkit.Eventually(t, testTimeout, func() string {
+		if got := len(outbox(t, a)); got < n {
+			return fmt.Sprintf("%d of %d items reported", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -973,13 +970,12 @@ func TestFlusherLingersOnlyWhileWorkIsQueued(t *testing.T) {
 				report("c")
 				close(release)
 			}
-			deadline := time.Now().Add(testTimeout)
-			for len(outbox(t, a)) > 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("outbox not flushed after %s", testTimeout)
+			testkit.Eventually(t, testTimeout, func() string {
+				if n := len(outbox(t, a)); n > 0 {
+					return fmt.Sprintf("%d reports still in the outbox", n)
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return ""
+			})
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatal(err)

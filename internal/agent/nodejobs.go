@@ -15,8 +15,9 @@ import (
 // their actions persisted in db.
 func (a *Agent) nodeJobRunners(db *store.Store) map[string]Runner {
 	up := &upgrade.Runner{StateDir: a.opts.StateDir, DB: db, CurrentVersion: a.opts.Version, Connected: a.waitConnected,
-		Logger: a.log.With("runner", "upgrade")}
-	pp := &prepull.Runner{StoreDir: filepath.Join(a.opts.StateDir, "images"), DB: db, Logger: a.log.With("runner", "prepull")}
+		Clock: a.opts.Clock, Logger: a.log.With("runner", "upgrade")}
+	pp := &prepull.Runner{StoreDir: filepath.Join(a.opts.StateDir, "images"), DB: db, Clock: a.opts.Clock,
+		Logger: a.log.With("runner", "prepull")}
 	return map[string]Runner{
 		nodejobwire.TypeUpgrade: resumingFlow{run: up.Run, resume: up.ResumeItem},
 		nodejobwire.TypePrePull: flowRunner(pp.Run),

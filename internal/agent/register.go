@@ -90,7 +90,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 				waiting = true
 			}
 			wait := time.Duration(max(resp.GetRetryAfterSeconds(), 1)) * time.Second
-			if err := sleep(ctx, wait); err != nil {
+			if err := a.sleep(ctx, wait); err != nil {
 				return id, err
 			}
 			continue
@@ -104,7 +104,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 			return id, &FatalError{fmt.Errorf("register with hub %s: %s", hub, status.Convert(err).Message())}
 		}
 		a.log.Warn("register failed; retrying", "hub", hub, "err", err, "retryIn", backoff)
-		if err := sleep(ctx, backoff); err != nil {
+		if err := a.sleep(ctx, backoff); err != nil {
 			return id, err
 		}
 		backoff = min(backoff*2, 30*time.Second)
@@ -178,13 +178,14 @@ func hostOf(addr string) string {
 	return h
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
+// sleep waits d on the agent's clock, or until ctx ends (its error).
+func (a *Agent) sleep(ctx context.Context, d time.Duration) error {
+	t := a.opts.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-t.Chan():
 		return nil
 	}
 }

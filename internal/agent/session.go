@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
@@ -23,9 +24,8 @@ import (
 // callTimeout bounds one SendMessage call.
 const callTimeout = 15 * time.Second
 
-// helloTimeout bounds the wait for the hub's first envelope of a session (a
-// variable for tests).
-var helloTimeout = time.Minute
+// helloTimeout bounds the wait for the hub's first envelope of a session.
+const helloTimeout = time.Minute
 
 // session runs one stream to hub until it fails or ctx ends.
 func (a *Agent) session(ctx context.Context, id store.Identity, hub string) error {
@@ -61,9 +61,9 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	// The first message proves the hub accepted us; only then is this hub
 	// "ours". It comes at once from a hub that took the session: without
 	// it (over MQTT, a hello no hub answers) the agent tries again.
-	unanswered := time.AfterFunc(helloTimeout, cancel)
+	stopUnanswered := afterFunc(a.opts.Clock, helloTimeout, cancel)
 	first, err := stream.Recv()
-	if !unanswered.Stop() {
+	if !stopUnanswered() {
 		return fmt.Errorf("hub %s: no answer to the session's hello within %v (over MQTT: check that --mqtt-prefix is the hub's, "+
 			"and that the broker's ACL lets this node publish under it)", hub, helloTimeout)
 	}
@@ -185,12 +185,32 @@ func (a *Agent) ackedRevision(ctx context.Context) (uint64, error) {
 	return rev, nil
 }
 
+// afterFunc is time.AfterFunc on clk: f runs on a goroutine of its own once
+// d has passed, unless stop comes first. stop reports whether it did; the
+// goroutine ends with it either way.
+func afterFunc(clk clock.Clock, d time.Duration, f func()) (stop func() bool) {
+	t := clk.NewTimer(d)
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-t.Chan():
+			f()
+		case <-stopped:
+		}
+	}()
+	return func() bool {
+		ok := t.Stop()
+		close(stopped)
+		return ok
+	}
+}
+
 func (a *Agent) heartbeats(ctx context.Context, client agentv1.AgentHubClient) error {
 	for {
 		a.mu.Lock()
 		every := a.heartbeat
 		a.mu.Unlock()
-		if err := sleep(ctx, every); err != nil {
+		if err := a.sleep(ctx, every); err != nil {
 			return nil
 		}
 		if _, err := a.call(ctx, client, protocol.NewHeartbeat(a.opts.Node)); err != nil {
@@ -354,7 +374,7 @@ func (a *Agent) lingerForReports(ctx context.Context) error {
 	if a.linger != nil {
 		return a.linger(ctx)
 	}
-	return sleep(ctx, reportLinger)
+	return a.sleep(ctx, reportLinger)
 }
 
 // reportNodeState queues the agent's whole state at a new revision, which

@@ -17,14 +17,16 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // sessionTimeout bounds a session that must end by itself.
-const sessionTimeout = 10 * time.Second
+const sessionTimeout = testkit.DefaultTimeout
 
 // quietHub is an AgentHubClient whose stream never breaks by itself, as an
 // MQTT stream whose hub ended the session without a word: it sends a
@@ -126,10 +128,22 @@ func TestSessionEndsWhenAHeartbeatFails(t *testing.T) {
 // TestSessionEndsWhenTheHelloIsNotAnswered: a session whose hub never sends
 // its first envelope ends after helloTimeout.
 func TestSessionEndsWhenTheHelloIsNotAnswered(t *testing.T) {
-	defer func(d time.Duration) { helloTimeout = d }(helloTimeout)
-	helloTimeout = 200 * time.Millisecond
 	a := newTestAgent(t, nil)
+	clk := clocktest.New(time.Time{})
+	a.opts.Clock = clk
+	stepped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.DefaultTimeout)
+		defer cancel()
+		// The session's one timer before the hub answers: the hello's.
+		err := clk.BlockUntilWaiters(ctx, 1)
+		clk.Step(helloTimeout)
+		stepped <- err
+	}()
 	err := runSession(t, a, &quietHub{mute: true})
+	if err := <-stepped; err != nil {
+		t.Fatalf("the session never waited for the hub's answer: %v", err)
+	}
 	if err == nil || !strings.Contains(err.Error(), "no answer to the session's hello") {
 		t.Fatalf("session ended with %v, want no answer to the hello", err)
 	}

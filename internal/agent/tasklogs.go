@@ -116,7 +116,7 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 			// It has not written anything (yet): an empty log.
 			return send(&agentv1.LogChunk{Eof: true})
 		}
-		if err := sleep(ctx, logPoll); err != nil {
+		if err := a.sleep(ctx, logPoll); err != nil {
 			return err
 		}
 		f, err = os.Open(cur)
@@ -248,7 +248,7 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 		if finalSeen {
 			continue
 		}
-		if err := sleep(ctx, logPoll); err != nil {
+		if err := a.sleep(ctx, logPoll); err != nil {
 			return err
 		}
 		// Before reading on: output written after a copy-truncate rotation

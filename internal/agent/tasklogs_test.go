@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	taskwire "github.com/drover-fleet/drover/internal/task/taskwire"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // collect is a LogChunk sink: the chunks streamLog sends, in order.
@@ -159,15 +161,16 @@ func appendFile(t *testing.T, path, text string) {
 	}
 }
 
+// waitFor waits until cond holds; what it waits for is in the caller's
+// line of the failure.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+	testkit.Eventually(t, testkit.DefaultTimeout, func() string {
+		if !cond() {
+			return "condition not met"
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestStreamLogOfARemovedTaskDir: once the exec driver's collector removed
@@ -178,19 +181,22 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestStreamLogOfARemovedTaskDir(t *testing.T) {
 	a := newTestAgent(t, nil)
 	a.opts.TaskRetention = time.Hour
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.DefaultTimeout)
 	defer cancel()
-	var (
-		mu  sync.Mutex
-		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	// The collector's pass at the driver's start runs on its own goroutine:
+	// on a busy machine it could run after the clock moved on, and take
+	// dirs the test's GC must find. Wait for it to end (its next pass waits
+	// on the clock), and make that next pass one the test never reaches.
+	clk := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Retention: a.opts.TaskRetention,
-		GCInterval: time.Hour, Now: clock})
+		GCInterval: 1000 * time.Hour, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	if err := clk.BlockUntilWaiters(ctx, 1); err != nil {
+		t.Fatalf("the driver's first collection has not ended: %v", err)
+	}
 	const (
 		held    = "task-held-1"    // ended, still held
 		dropped = "task-dropped-1" // ended, dropped by the hub
@@ -227,18 +233,14 @@ func TestStreamLogOfARemovedTaskDir(t *testing.T) {
 		}
 	}
 	// Within the retention period both dirs stay, held or not.
-	mu.Lock()
-	now = now.Add(59 * time.Minute)
-	mu.Unlock()
+	clk.Step(59 * time.Minute)
 	if removed, err := d.GC(ctx); err != nil || len(removed) != 0 {
 		t.Fatalf("GC within the retention period = %v, %v; want nothing removed", removed, err)
 	}
 	for _, id := range []string{held, dropped} {
 		emptyLog(t, id)
 	}
-	mu.Lock()
-	now = now.Add(time.Minute)
-	mu.Unlock()
+	clk.Step(time.Minute)
 	if removed, err := d.GC(ctx); err != nil || len(removed) != 2 {
 		t.Fatalf("GC after the retention period = %v, %v; want both removed", removed, err)
 	}

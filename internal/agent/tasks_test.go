@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
+	"github.com/drover-fleet/drover/internal/clock"
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
@@ -26,7 +28,7 @@ import (
 )
 
 // taskWait bounds the waits of the task tests (processes run for seconds).
-const taskWait = 30 * time.Second
+const taskWait = testkit.DefaultTimeout
 
 // taskAgent is an agent on dir's DB with the task runners, its work loop
 // running (not connected to any hub: reports stay in the outbox).
@@ -41,31 +43,30 @@ func startTaskAgent(t *testing.T, dir string) *taskAgent {
 	return startTaskAgentWith(t, dir, nil)
 }
 
-// startTaskAgentWith is startTaskAgent with clock as the exec driver's
-// clock (of ended attempts and their retention); nil is time.Now.
-func startTaskAgentWith(t *testing.T, dir string, clock func() time.Time) *taskAgent {
+// startTaskAgentWith is startTaskAgent on clk (of task timeouts, ended
+// attempts and their retention); nil is the wall clock.
+func startTaskAgentWith(t *testing.T, dir string, clk clock.Clock) *taskAgent {
 	t.Helper()
-	return startTaskAgentOpts(t, dir, clock, nil)
+	return startTaskAgentOpts(t, dir, clk, nil)
 }
 
 // startTaskAgentOpts is startTaskAgentWith with mutate changing the
 // agent's options first.
-func startTaskAgentOpts(t *testing.T, dir string, clock func() time.Time, mutate func(*Options)) *taskAgent {
+func startTaskAgentOpts(t *testing.T, dir string, clk clock.Clock, mutate func(*Options)) *taskAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: dir, Capacity: map[string]string{"cpu": "1"}}
+	opts := Options{Node: "n1", Hubs: []string{"h:1"}, StateDir: dir, Capacity: map[string]string{"cpu": "1"}, Clock: clk}
 	if mutate != nil {
 		mutate(&opts)
 	}
 	if err := opts.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, filepath.Join(dir, "agent.db"), store.Options{})
+	db, err := store.Open(ctx, filepath.Join(dir, "agent.db"), store.Options{Clock: opts.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024),
-		taskClock: clock}
+	a := &Agent{opts: opts, log: opts.Logger, db: db, heartbeat: time.Second, kick: make(chan struct{}, 1), work: make(chan string, 1024)}
 	tasks, err := a.taskRunners(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -139,41 +140,33 @@ func taskStatuses(t *testing.T, a *Agent) map[string][]taskStatus {
 // Running, and returns all statuses.
 func waitStatuses(t *testing.T, a *Agent, uids ...string) map[string][]taskStatus {
 	t.Helper()
-	deadline := time.Now().Add(taskWait)
-	for {
-		all := taskStatuses(t, a)
-		missing := ""
+	var all map[string][]taskStatus
+	testkit.Eventually(t, taskWait, func() string {
+		all = taskStatuses(t, a)
 		for _, uid := range uids {
-			ss := all[uid]
-			if len(ss) == 0 || ss[len(ss)-1].phase == PhaseRunning {
-				missing = uid
+			if ss := all[uid]; len(ss) == 0 || ss[len(ss)-1].phase == PhaseRunning {
+				return fmt.Sprintf("%s has not ended: statuses %+v", uid, all)
 			}
 		}
-		if missing == "" {
-			return all
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has not ended after %s: statuses %+v", missing, taskWait, all)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
+	return all
 }
 
 // waitRunning waits for uid's Running report and returns it.
 func waitRunning(t *testing.T, a *Agent, uid string) taskwire.Report {
 	t.Helper()
-	deadline := time.Now().Add(taskWait)
-	for {
+	var rep taskwire.Report
+	testkit.Eventually(t, taskWait, func() string {
 		for _, s := range taskStatuses(t, a)[uid] {
 			if s.phase == PhaseRunning {
-				return s.report
+				rep = s.report
+				return ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Running report of %s after %s", uid, taskWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return "no Running report of " + uid
+	})
+	return rep
 }
 
 func code(r taskwire.Report) string {
@@ -258,13 +251,12 @@ func TestCancelledTaskIsReportedOnceItsProcessIsGone(t *testing.T) {
 	putTask(t, a.db, "task-c-1", taskwire.Spec{Command: []string{"sh", "-c", `trap "" TERM; touch "$R"; sleep 60`}, Env: []string{"R=" + ready}, KillTimeoutSeconds: 1})
 	a.schedule("task-c-1")
 	pid := waitRunning(t, a.Agent, "task-c-1").PID
-	deadline := time.Now().Add(taskWait)
-	for _, err := os.Stat(ready); err != nil; _, err = os.Stat(ready) {
-		if time.Now().After(deadline) {
-			t.Fatal("the task did not set its trap")
+	testkit.Eventually(t, taskWait, func() string {
+		if _, err := os.Stat(ready); err != nil {
+			return "the task has not set its trap"
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := a.cancel(context.Background(), "task-c-1", "cancelled by the hub"); err != nil {
 		t.Fatal(err)
 	}
@@ -295,13 +287,12 @@ func TestTaskOutlivesAnAgentRestart(t *testing.T) {
 		t.Fatalf("stopping the agent ended task process %d", pid)
 	}
 	b := startTaskAgent(t, dir)
-	deadline := time.Now().Add(taskWait)
-	for b.driver.Watching() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the new agent did not re-attach the task")
+	testkit.Eventually(t, taskWait, func() string {
+		if n := b.driver.Watching(); n != 1 {
+			return fmt.Sprintf("the new agent watches %d processes, want the task's", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -424,23 +415,22 @@ func TestTasksAfterAnAgentCrash(t *testing.T) {
 		pids[uid] = ss[0].report.PID
 	}
 	db.Close()
-	deadline := time.Now().Add(taskWait)
-	for alive(pids["task-gone-1"]) {
-		if time.Now().After(deadline) {
-			t.Fatal("sleep 1 still runs")
+	testkit.Eventually(t, taskWait, func() string {
+		if alive(pids["task-gone-1"]) {
+			return "sleep 1 still runs"
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	if !alive(pids["task-watch-1"]) {
 		t.Fatal("the agent's death killed its task")
 	}
 	b := startTaskAgent(t, dir)
-	for b.driver.Watching() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the new agent did not re-attach the tasks that still run")
+	testkit.Eventually(t, taskWait, func() string {
+		if n := b.driver.Watching(); n < 2 {
+			return fmt.Sprintf("the new agent re-attached %d of the 2 tasks that still run", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +465,7 @@ func TestTaskCrashHelper(t *testing.T) {
 		waitRunning(t, a.Agent, uid)
 	}
 	os.Stdout.WriteString("helper: ready\n")
-	time.Sleep(taskWait) // killed before this ends
+	<-time.After(taskWait) // not a synchronisation: the parent test kills this process first
 	t.Error("the helper was not killed")
 }
 
@@ -492,13 +482,12 @@ func TestTaskGoroutines(t *testing.T) {
 		a.schedule(uid)
 		uids = append(uids, uid)
 	}
-	deadline := time.Now().Add(taskWait)
-	for a.driver.Watching() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d tasks running after %s", a.driver.Watching(), n, taskWait)
+	testkit.Eventually(t, taskWait, func() string {
+		if w := a.driver.Watching(); w < n {
+			return fmt.Sprintf("%d of %d tasks running", w, n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	during := runtime.NumGoroutine()
 	t.Logf("goroutines: %d before, %d with %d tasks running", before, during, n)
 	if during-before > n+constant {
@@ -539,13 +528,12 @@ func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
 		t.Fatal("the task ended with the agent")
 	}
 	b := startTaskAgent(t, dir)
-	deadline := time.Now().Add(taskWait)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of dropped work still runs", pid)
+	testkit.Eventually(t, taskWait, func() string {
+		if alive(pid) {
+			return fmt.Sprintf("process %d of dropped work still runs", pid)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	if acts, err := b.db.Actions(context.Background(), "task-d-1"); err != nil || len(acts) != 0 {
 		t.Errorf("records of dropped work: %+v %v, want none", acts, err)
 	}
@@ -598,16 +586,14 @@ func TestCancelSurvivesAnAgentRestart(t *testing.T) {
 // finished one since it finished, the stopped one since it was stopped.
 func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	var (
-		mu  sync.Mutex
-		now = t0
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clk := clocktest.New(t0)
+	// The collector of the exec driver may run beside the test's own GC
+	// calls (stepping the clock fires its timer): every check is of what
+	// is on disk after the test's call, which a pass at the same time or
+	// earlier cannot change.
 	gc := func(t *testing.T, a *taskAgent, at time.Time, want map[string]bool) {
 		t.Helper()
-		mu.Lock()
-		now = at
-		mu.Unlock()
+		clk.Step(at.Sub(clk.Now()))
 		if _, err := a.driver.GC(context.Background()); err != nil {
 			t.Fatalf("GC at %s: %v", at, err)
 		}
@@ -624,7 +610,7 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 		return c.data(), err
 	}
 	ctx := context.Background()
-	a := startTaskAgentWith(t, t.TempDir(), clock)
+	a := startTaskAgentWith(t, t.TempDir(), clk)
 	const finished, lost = "task-done-1", "task-lost-1"
 	putTask(t, a.db, finished, taskwire.Spec{Command: []string{"echo", "finished output"}})
 	a.schedule(finished)
@@ -638,19 +624,16 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 	})
 
 	// Two hours later the hub is back in touch; its snapshot holds neither.
-	mu.Lock()
-	now = t0.Add(2 * time.Hour)
-	mu.Unlock()
+	clk.Step(2 * time.Hour)
 	if err := a.handleBatch(ctx, &fakeHub{}, protocol.NewTracker(0), []*agentv1.Envelope{protocol.NewSnapshot("n1", 1, nil)}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(taskWait)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of the dropped attempt still runs", pid)
+	testkit.Eventually(t, taskWait, func() string {
+		if alive(pid) {
+			return fmt.Sprintf("process %d of the dropped attempt still runs", pid)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	waitFor(t, func() bool {
 		_, err := os.Stat(filepath.Join(a.driver.TaskDir(lost), taskexec.EndedFile))
 		return err == nil

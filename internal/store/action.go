@@ -44,7 +44,7 @@ func (s *Store) SetAction(ctx context.Context, a Action) error {
 	if a.UID == "" || a.Action == "" || a.State == "" {
 		return fmt.Errorf("set action %q of work %q: uid, action and state are required", a.Action, a.UID)
 	}
-	_, err := s.w.ExecContext(ctx, upsertAction, a.UID, a.Action, a.State, a.Reason, blob(a.Data), a.Reported, nanos(s.now()))
+	_, err := s.w.ExecContext(ctx, upsertAction, a.UID, a.Action, a.State, a.Reason, blob(a.Data), a.Reported, nanos(s.clock.Now()))
 	if err != nil {
 		return fmt.Errorf("set action %s of work %s to %s: %w", a.Action, a.UID, a.State, err)
 	}
@@ -55,7 +55,7 @@ func (s *Store) SetAction(ctx context.Context, a Action) error {
 // unknown action is an error wrapping ErrNotFound.
 func (s *Store) MarkActionReported(ctx context.Context, uid, action string) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE work_actions SET reported = 1, updated_at = ? WHERE uid = ? AND action = ?`,
-		nanos(s.now()), uid, action)
+		nanos(s.clock.Now()), uid, action)
 	if err == nil {
 		var n int64
 		if n, err = res.RowsAffected(); err == nil && n == 0 {
@@ -140,7 +140,7 @@ func (s *Store) SetWorkSpec(ctx context.Context, uid string, spec []byte) (chang
 			return nil
 		}
 		changed = true
-		_, err := tx.ExecContext(ctx, `UPDATE work SET spec = ?, updated_at = ? WHERE uid = ?`, blob(spec), nanos(s.now()), uid)
+		_, err := tx.ExecContext(ctx, `UPDATE work SET spec = ?, updated_at = ? WHERE uid = ?`, blob(spec), nanos(s.clock.Now()), uid)
 		return err
 	})
 	if err != nil {

@@ -42,7 +42,7 @@ func (s *Store) SaveIdentity(ctx context.Context, id Identity) error {
 		ON CONFLICT (id) DO UPDATE SET node = excluded.node, key_pem = excluded.key_pem,
 			cert_pem = excluded.cert_pem, ca_pem = excluded.ca_pem, hub = excluded.hub,
 			updated_at = excluded.updated_at`,
-		id.Node, blob(id.KeyPEM), blob(id.CertPEM), blob(id.CAPEM), id.Hub, nanos(s.now()))
+		id.Node, blob(id.KeyPEM), blob(id.CertPEM), blob(id.CAPEM), id.Hub, nanos(s.clock.Now()))
 	if err != nil {
 		return fmt.Errorf("save identity of node %s: %w", id.Node, err)
 	}

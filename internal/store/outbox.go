@@ -28,7 +28,7 @@ func (s *Store) Enqueue(ctx context.Context, id string, data []byte) error {
 		return errors.New("enqueue: id is empty")
 	}
 	_, err := s.w.ExecContext(ctx, `INSERT INTO outbox (id, data, created_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-		id, blob(data), nanos(s.now()))
+		id, blob(data), nanos(s.clock.Now()))
 	if err != nil {
 		return fmt.Errorf("enqueue message %s: %w", id, err)
 	}
@@ -128,7 +128,7 @@ func (s *Store) ReportAction(ctx context.Context, act Action, build func(rev uin
 func (s *Store) report(ctx context.Context, uid, phase, reason string, act *Action, build func(rev uint64) (id string, data []byte, err error)) (uint64, error) {
 	var rev uint64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now := nanos(s.now())
+		now := nanos(s.clock.Now())
 		if act != nil {
 			if _, err := tx.ExecContext(ctx, upsertAction, act.UID, act.Action, act.State, act.Reason, blob(act.Data), act.Reported, now); err != nil {
 				return err

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/drover-fleet/drover/internal/clock"
 )
 
 // ErrNotFound is wrapped by operations on a work uid the store does not hold.
@@ -21,9 +23,9 @@ var ErrNotFound = errors.New("not found")
 type Options struct {
 	// Logger receives migration and maintenance logs. nil discards them.
 	Logger *slog.Logger
-	// Now stamps created/updated times. nil means time.Now; tests inject a
-	// fixed clock.
-	Now func() time.Time
+	// Clock stamps created/updated times. Default clock.Real(); tests
+	// inject a clocktest.Fake.
+	Clock clock.Clock
 }
 
 // busyTimeout is how long a connection waits for another process's lock
@@ -42,10 +44,10 @@ type Store struct {
 	// r is the read pool (query_only); WAL lets it read beside the writer.
 	r *sql.DB
 
-	// path, log and now are read-only after Open.
-	path string
-	log  *slog.Logger
-	now  func() time.Time
+	// path, log and clock are read-only after Open.
+	path  string
+	log   *slog.Logger
+	clock clock.Clock
 }
 
 // Open opens the agent DB at path, creating the file (mode 0600: it holds
@@ -84,12 +86,9 @@ func open(ctx context.Context, path string, opts Options, migs func() ([]migrati
 		return nil, err
 	}
 
-	s := &Store{path: path, log: opts.Logger, now: opts.Now}
+	s := &Store{path: path, log: opts.Logger, clock: clock.Or(opts.Clock)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 
 	bt := fmt.Sprint(busyTimeout.Milliseconds())
@@ -116,7 +115,7 @@ func open(ctx context.Context, path string, opts Options, migs func() ([]migrati
 	s.r.SetMaxOpenConns(readConns)
 	s.r.SetMaxIdleConns(readConns)
 
-	if err := migrate(ctx, s.w, list, s.log, s.now); err != nil {
+	if err := migrate(ctx, s.w, list, s.log, s.clock.Now); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -16,16 +16,19 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 )
 
 // t0 is the fixed clock of these tests.
 var t0 = time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)
 
-func fixedNow() time.Time { return t0 }
+// fixedClock is a clock that stays at t0: no test steps it.
+func fixedClock() *clocktest.Fake { return clocktest.New(t0) }
 
 func openAt(t *testing.T, path string) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), path, Options{Now: fixedNow})
+	s, err := Open(context.Background(), path, Options{Clock: fixedClock()})
 	if err != nil {
 		t.Fatalf("Open(%s) = %v", path, err)
 	}
@@ -494,7 +497,7 @@ func check(t *testing.T, s *Store) {
 
 func TestReopenKeepsIdentityRevisionsWorkAndOutbox(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
-	s, err := Open(context.Background(), path, Options{Now: fixedNow})
+	s, err := Open(context.Background(), path, Options{Clock: fixedClock()})
 	must(t, err)
 	fill(t, s)
 	must(t, s.Close())

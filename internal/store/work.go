@@ -38,7 +38,7 @@ func (s *Store) PutWork(ctx context.Context, w Work) (created bool, err error) {
 	if w.UID == "" {
 		return false, errors.New("put work: uid is empty")
 	}
-	created, err = insertWork(ctx, adhoc{s.w}, w, s.now())
+	created, err = insertWork(ctx, adhoc{s.w}, w, s.clock.Now())
 	if err != nil {
 		return false, fmt.Errorf("put work %s: %w", w.UID, err)
 	}
@@ -113,7 +113,7 @@ func (s *Store) ListWork(ctx context.Context) ([]Work, error) {
 // is an error wrapping ErrNotFound.
 func (s *Store) SetWorkPhase(ctx context.Context, uid, phase, reason string) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE work SET phase = ?, reason = ?, updated_at = ? WHERE uid = ?`,
-		phase, reason, nanos(s.now()), uid)
+		phase, reason, nanos(s.clock.Now()), uid)
 	if err == nil {
 		var n int64
 		if n, err = res.RowsAffected(); err == nil && n == 0 {
@@ -149,7 +149,7 @@ func (s *Store) ApplySnapshot(ctx context.Context, rev uint64, items []Work) (re
 		}
 		listed[w.UID] = true
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		ins, err := tx.PrepareContext(ctx, insertWorkSQL)
 		if err != nil {
@@ -194,7 +194,7 @@ func (s *Store) ApplyDispatch(ctx context.Context, rev uint64, w Work) (created 
 		return false, fmt.Errorf("apply dispatch at revision %d: uid is empty", rev)
 	}
 	w.Revision = rev
-	now := s.now()
+	now := s.clock.Now()
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		if created, err = insertWork(ctx, adhoc{tx}, w, now); err != nil {
 			return err
@@ -224,7 +224,7 @@ func (s *Store) ApplyDispatches(ctx context.Context, ws []Work) (created []bool,
 			return nil, fmt.Errorf("apply dispatches: revision %d of work %s does not follow %d", w.Revision, w.UID, ws[i-1].Revision)
 		}
 	}
-	now := s.now()
+	now := s.clock.Now()
 	created = make([]bool, len(ws))
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		ins, err := tx.PrepareContext(ctx, insertWorkSQL)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
@@ -38,6 +39,8 @@ type Checker struct {
 	ProcDir string
 	// CPUInterval is the time between the two /proc/stat samples.
 	CPUInterval time.Duration
+	// Clock times the CPU window; default clock.Real().
+	Clock clock.Clock
 	// Statfs measures a directory's file system; default statfs(2).
 	Statfs func(dir string) (DiskStat, error)
 }
@@ -61,6 +64,7 @@ func (k Checker) Check(ctx context.Context, c nodejobwire.Checks, dir string) er
 	if k.Statfs == nil {
 		k.Statfs = statfs
 	}
+	k.Clock = clock.Or(k.Clock)
 	var errs []error
 	for _, item := range c.Items {
 		var (
@@ -107,12 +111,12 @@ func (k Checker) cpu(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	t := time.NewTimer(k.CPUInterval)
+	t := k.Clock.NewTimer(k.CPUInterval)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return 0, ctx.Err()
-	case <-t.C:
+	case <-t.Chan():
 	}
 	b, err := k.readCPU()
 	if err != nil {

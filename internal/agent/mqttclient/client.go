@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -60,6 +61,8 @@ type Options struct {
 	// revision (snapshots, dispatches, cancels) as if the broker had lost
 	// them.
 	DropDeliveries int
+	// Clock times the resends and the repeated hello. Default clock.Real().
+	Clock clock.Clock
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
@@ -90,6 +93,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.ResendAfter <= 0 {
 		opts.ResendAfter = 2 * time.Second
 	}
@@ -237,7 +241,7 @@ func (c *Client) SendMessage(ctx context.Context, env *agentv1.Envelope, _ ...gr
 		// publish that fails ends the call, as a failed RPC would.
 		tok := c.mc.Publish(topic, 1, false, b)
 		published := tok.Done()
-		t := time.NewTimer(every)
+		t := c.opts.Clock.NewTimer(every)
 	wait:
 		for {
 			select {
@@ -258,7 +262,7 @@ func (c *Client) SendMessage(ctx context.Context, env *agentv1.Envelope, _ ...gr
 					}
 					return nil, status.Errorf(codes.Unavailable, "mqtt publish %s: %v", topic, err)
 				}
-			case <-t.C:
+			case <-t.Chan():
 				c.log.Debug("no answer from the hub; publishing again", "id", env.GetId(), "kind", env.GetKind().String(), "after", every)
 				every = min(2*every, 30*time.Second)
 				break wait
@@ -306,7 +310,7 @@ func (c *Client) GetMessage(ctx context.Context, req *agentv1.GetMessageRequest,
 		return nil, err
 	}
 	go func() {
-		t := time.NewTicker(helloEvery)
+		t := c.opts.Clock.NewTicker(helloEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -316,7 +320,7 @@ func (c *Client) GetMessage(ctx context.Context, req *agentv1.GetMessageRequest,
 				return
 			case <-c.closed:
 				return
-			case <-t.C:
+			case <-t.Chan():
 				c.log.Debug("no answer to the hello yet; saying it again")
 				_ = c.publish(ctx, topic, hello)
 			}

@@ -68,7 +68,7 @@ type Runner struct {
 	// Backoff is the wait before an image's first retry; default
 	// DefaultBackoff.
 	Backoff time.Duration
-	// Check runs the pre-checks (disk is StoreDir's); default checks.Check.
+	// Check runs the pre-checks (disk is StoreDir's); default checks.Checker on Clock.
 	Check func(ctx context.Context, c nodejobwire.Checks, dir string) error
 	// Logger; default discard.
 	Logger *slog.Logger
@@ -86,13 +86,13 @@ func (r *Runner) setup() error {
 	if r.Backoff <= 0 {
 		r.Backoff = DefaultBackoff
 	}
+	r.Clock = clock.Or(r.Clock)
 	if r.Check == nil {
-		r.Check = checks.Check
+		r.Check = checks.Checker{Clock: r.Clock}.Check
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
-	r.Clock = clock.Or(r.Clock)
 	return nil
 }
 

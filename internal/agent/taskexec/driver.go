@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
@@ -60,9 +61,15 @@ type Options struct {
 	// GCInterval is how often the driver looks for task dirs to remove.
 	// Default DefaultGCInterval.
 	GCInterval time.Duration
-	// Now is the clock of the ended marks and the retention period.
-	// Default time.Now.
-	Now func() time.Time
+	// Clock is the clock of timeouts, kill timeouts, polls, ended marks,
+	// the retention period and the collector's passes. Default clock.Real().
+	// The collector's first pass runs at New on its own goroutine; it waits
+	// on Clock for the next one only once that pass is over, and the
+	// monitor waits on Clock only while it watches a process. So a test
+	// with a fake clock that calls GC itself waits for one waiter
+	// (clocktest.Fake.BlockUntilWaiters) before it starts any process or
+	// moves time on.
+	Clock clock.Clock
 	// HTTPClient fetches artifacts. Default: a client with a 10 minute timeout.
 	HTTPClient *http.Client
 	// Logger for operators. Default: discard.
@@ -141,9 +148,7 @@ func New(opts Options) (*Driver, error) {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = DefaultGCInterval
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
 	}
@@ -421,7 +426,7 @@ func (p *Prepared) Start() (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, &Error{Reason: taskwire.ReasonStartError, Err: fmt.Errorf("start %s: %w", p.spec.Command[0], err)}
 	}
-	now := time.Now()
+	now := d.opts.Clock.Now()
 	pid := cmd.Process.Pid
 	// The monitor reaps by pid; the os.Process handle (a pidfd) is not needed.
 	cmd.Process.Release()
@@ -572,7 +577,7 @@ func (p *Proc) report(msg string, code *int32) taskwire.Report {
 		PID:        p.info.PID,
 		ExitCode:   code,
 		StartTime:  p.info.StartTime.UTC().Format(time.RFC3339Nano),
-		FinishTime: time.Now().UTC().Format(time.RFC3339Nano),
+		FinishTime: p.d.opts.Clock.Now().UTC().Format(time.RFC3339Nano),
 		Message:    msg,
 		OutputTail: outputTail(p.info.LogDir, taskwire.MaxTailBytes),
 	}

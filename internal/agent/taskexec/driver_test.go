@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,10 +19,11 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/task/taskwire"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // testTimeout bounds every wait in this package's tests.
-const testTimeout = 20 * time.Second
+const testTimeout = testkit.DefaultTimeout
 
 func newDriver(t *testing.T, opts Options) *Driver {
 	t.Helper()
@@ -175,17 +177,13 @@ func TestEnds(t *testing.T) {
 // waitGone waits until pid has exited (gone, or a zombie nobody reaps).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
+	testkit.Eventually(t, testTimeout, func() string {
 		st, err := readStat(pid)
 		if err != nil || st.state == 'Z' || st.state == 'X' {
-			return
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still running (%c) after %s", pid, st.state, testTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("process %d still running (%c)", pid, st.state)
+	})
 }
 
 func TestTimeout(t *testing.T) {
@@ -256,7 +254,12 @@ func TestRotation(t *testing.T) {
 	d := newDriver(t, Options{MaxLogBytes: limit, PollInterval: 10 * time.Millisecond})
 	log := filepath.Join(d.TaskDir("task-rot-1"), StdoutFile)
 	// Write 100 KiB, wait for the monitor to rotate, then write the end.
-	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; while [ ! -e "$LOG.1" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
+	// The rotation is over once the file was truncated, not when .1
+	// appears: an END written between the two would be truncated away. The
+	// loop's bound (testTimeout) only keeps a failing test from leaving it
+	// running.
+	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; ` +
+		`while { [ ! -e "$LOG.1" ] || [ "$(wc -c <"$LOG")" -ge 102400 ]; } && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
 	r := run(t, d, "task-rot-1", &taskwire.Spec{Command: []string{"sh", "-c", script}, Env: []string{"LOG=" + log}})
 	if r.Phase != taskwire.PhaseSucceeded {
 		t.Fatalf("result %+v", r)
@@ -395,30 +398,25 @@ func orphan(t *testing.T, argv ...string) Info {
 	}
 	t.Cleanup(func() { _ = killGroup(pid) })
 	// The shell has forked; setsid may not have run yet.
-	deadline := time.Now().Add(testTimeout)
-	st, err := readStat(pid)
-	for err == nil && st.pgid != pid && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	var st stat
+	testkit.Eventually(t, testTimeout, func() string {
 		st, err = readStat(pid)
-	}
-	if err != nil || st.pgid != pid {
-		t.Fatalf("orphan %d: group %d (%v), want its own", pid, st.pgid, err)
-	}
+		if err != nil || st.pgid != pid {
+			return fmt.Sprintf("orphan %d: group %d (%v), want its own", pid, st.pgid, err)
+		}
+		return ""
+	})
 	return Info{PID: pid, StartTicks: st.startTicks, StartTime: time.Now(), LogDir: t.TempDir()}
 }
 
 func waitFile(t *testing.T, name string) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		if _, err := os.Stat(name); err == nil {
-			return
+	testkit.Eventually(t, testTimeout, func() string {
+		if _, err := os.Stat(name); err != nil {
+			return fmt.Sprintf("%s has not appeared: %v", name, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within %s", name, testTimeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func killGroup(pid int) error {

@@ -39,7 +39,7 @@ type Removed struct {
 // dir is the collector's, after the retention period.
 func (d *Driver) markEnded(id string) {
 	name := filepath.Join(d.TaskDir(id), EndedFile)
-	err := os.WriteFile(name, []byte(d.opts.Now().UTC().Format(time.RFC3339Nano)), 0o640)
+	err := os.WriteFile(name, []byte(d.opts.Clock.Now().UTC().Format(time.RFC3339Nano)), 0o640)
 	if errors.Is(err, fs.ErrNotExist) {
 		return // no task dir (removed by hand, or never made): nothing to collect
 	}
@@ -102,7 +102,7 @@ func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list task dirs: %w", err)
 	}
-	now := d.opts.Now()
+	now := d.opts.Clock.Now()
 	var (
 		expired []Removed
 		errs    []error
@@ -173,19 +173,22 @@ func (d *Driver) remove(id string) (bool, error) {
 	return true, nil
 }
 
-// collect runs GC at once and every GCInterval until the driver closes.
+// collect runs GC at once and then GCInterval after each pass, until the
+// driver closes.
 func (d *Driver) collect(ctx context.Context) {
 	defer close(d.gcDone)
-	t := time.NewTicker(d.opts.GCInterval)
-	defer t.Stop()
 	for {
 		if _, err := d.GC(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("cannot remove every finished task dir; trying again later", "err", err)
 		}
+		// Made after the pass, not before: a fake clock has a waiter only
+		// once the pass is over (see Options.Clock).
+		t := d.opts.Clock.NewTimer(d.opts.GCInterval)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

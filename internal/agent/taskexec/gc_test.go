@@ -15,26 +15,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+// newGCDriver is a driver on clk whose collector made its pass at the start
+// and waits on clk for a next one that never comes: the test's own GC calls
+// are the only ones from then on.
+func newGCDriver(t *testing.T, clk *clocktest.Fake, opts Options) *Driver {
+	t.Helper()
+	opts.Clock, opts.GCInterval = clk, 1000*time.Hour
+	d := newDriver(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := clk.BlockUntilWaiters(ctx, 1); err != nil {
+		t.Fatalf("the collector's pass at the start did not end within %v: %v", testTimeout, err)
+	}
+	return d
 }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
+// setClock moves clk forward to at.
+func setClock(clk *clocktest.Fake, at time.Time) { clk.Step(at.Sub(clk.Now())) }
 
 // syncBuffer is a log sink the collector goroutine and the test share.
 type syncBuffer struct {
@@ -65,20 +67,18 @@ func exists(t *testing.T, path string) bool {
 
 func TestGC(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	clock := &fakeClock{now: t0}
+	clock := clocktest.New(t0)
 	var logs syncBuffer
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()
-	d := newDriver(t, Options{
-		Retention:  time.Hour,
-		GCInterval: time.Hour, // the pass at the start, then only the test's
-		Now:        clock.Now,
-		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
+	d := newGCDriver(t, clock, Options{
+		Retention: time.Hour,
+		Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	tasks := filepath.Join(d.opts.StateDir, "tasks")
 	gc := func(at time.Time) {
 		t.Helper()
-		clock.Set(at)
+		setClock(clock, at)
 		if _, err := d.GC(context.Background()); err != nil {
 			t.Fatalf("GC: %v", err)
 		}
@@ -111,7 +111,7 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Ended at t0+50m.
-	clock.Set(t0.Add(50 * time.Minute))
+	setClock(clock, t0.Add(50*time.Minute))
 	run(t, d, "task-young-1", &taskwire.Spec{Command: []string{"echo", "still wanted"}})
 
 	gc(t0.Add(59 * time.Minute))
@@ -136,7 +136,7 @@ func TestGC(t *testing.T) {
 
 	// The running task is stopped at t0+24h (as when the hub drops it):
 	// its dir goes an hour later.
-	clock.Set(t0.Add(24 * time.Hour))
+	setClock(clock, t0.Add(24*time.Hour))
 	sleeper.Cancel()
 	wait(t, sleeper)
 	gc(t0.Add(24*time.Hour + 59*time.Minute))
@@ -159,8 +159,8 @@ func TestGC(t *testing.T) {
 // between Prepare and Start, and resumes it) is no longer ended.
 func TestGCSparesAPreparedAttempt(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	clock := &fakeClock{now: t0}
-	d := newDriver(t, Options{Retention: time.Hour, GCInterval: time.Hour, Now: clock.Now})
+	clock := clocktest.New(t0)
+	d := newGCDriver(t, clock, Options{Retention: time.Hour})
 	spec := &taskwire.Spec{Command: []string{"sleep", "600"}}
 	prep, err := d.Prepare(context.Background(), "task-again-1", spec)
 	if err != nil {
@@ -174,7 +174,7 @@ func TestGCSparesAPreparedAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock.Set(t0.Add(48 * time.Hour))
+	setClock(clock, t0.Add(48*time.Hour))
 	if removed, err := d.GC(context.Background()); err != nil || len(removed) != 0 {
 		t.Fatalf("GC while prepared = %v, %v; want nothing removed", removed, err)
 	}
@@ -206,13 +206,12 @@ func TestGCAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(testTimeout)
-	for exists(t, old) || exists(t, cut) {
-		if time.Now().After(deadline) {
-			t.Fatal("the driver did not remove an expired task dir at its start")
+	testkit.Eventually(t, testTimeout, func() string {
+		if exists(t, old) || exists(t, cut) {
+			return "the driver has not removed an expired task dir, nor finished a cut-short removal, at its start"
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	d.Close() // returns once the collector has stopped
 	if removed, err := d.GC(context.Background()); err != nil || removed != nil {
 		t.Errorf("GC after Close = %v, %v; want nothing", removed, err)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
@@ -17,24 +18,34 @@ import (
 // every watched process.
 func (d *Driver) monitor() {
 	defer close(d.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	clk := d.opts.Clock
+	// Made only once a process needs it: a driver that watches none waits
+	// on nothing but its channels (see Options.Clock).
+	var timer clock.Timer
 	for {
-		next := d.scan(time.Now())
+		next := d.scan(clk.Now())
 		var tick <-chan time.Time
 		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-			tick = timer.C
+			if timer == nil {
+				timer = clk.NewTimer(next.Sub(clk.Now()))
+			} else {
+				timer.Reset(next.Sub(clk.Now()))
+			}
+			tick = timer.Chan()
 		}
 		select {
 		case <-d.stop:
-			timer.Stop()
+			if timer != nil {
+				timer.Stop()
+			}
 			return
 		case <-d.wake:
 		case <-d.sig:
 		case <-tick:
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 	}
 }
 

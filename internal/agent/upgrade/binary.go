@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/drover-fleet/drover/internal/agent/registryauth"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 )
 
@@ -250,7 +251,9 @@ func fileSHA256(path string) (string, error) {
 const probeAttempts = 5
 
 // probe runs `<path> --version` (argv, no shell) and checks it prints want.
-func probe(ctx context.Context, path, want string) error {
+// Its timeout stays on the wall clock (it bounds a real process); the pause
+// before a retry is clk's.
+func probe(ctx context.Context, clk clock.Clock, path, want string) error {
 	var (
 		out, errOut bytes.Buffer
 		err         error
@@ -267,7 +270,12 @@ func probe(ctx context.Context, path, want string) error {
 		if !errors.Is(err, syscall.ETXTBSY) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		t := clk.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.Chan():
+		}
+		t.Stop()
 	}
 	if err != nil {
 		msg := strings.TrimSpace(errOut.String())

@@ -116,7 +116,7 @@ type Runner struct {
 	// ConfirmTimeout bounds WaitingConfirmation (it then fails); default
 	// DefaultConfirmTimeout.
 	ConfirmTimeout time.Duration
-	// Check runs the pre-checks; default checks.Check.
+	// Check runs the pre-checks; default checks.Checker on Clock.
 	Check func(ctx context.Context, c nodejobwire.Checks, dir string) error
 	// Logger; default discard.
 	Logger *slog.Logger
@@ -154,13 +154,13 @@ func (r *Runner) setup() error {
 	if r.ConfirmTimeout <= 0 {
 		r.ConfirmTimeout = DefaultConfirmTimeout
 	}
+	r.Clock = clock.Or(r.Clock)
 	if r.Check == nil {
-		r.Check = checks.Check
+		r.Check = checks.Checker{Clock: r.Clock}.Check
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
-	r.Clock = clock.Or(r.Clock)
 	return nil
 }
 
@@ -271,7 +271,7 @@ func (r *Runner) upgrade(ctx context.Context, st *runner.Step, s nodejobwire.Upg
 	if err := r.fetch(ctx, s, p.Download, timeout); err != nil {
 		return runner.Fail(err.Error(), p.encode()), nil
 	}
-	if err := probe(ctx, p.Download, s.Version); err != nil {
+	if err := probe(ctx, r.Clock, p.Download, s.Version); err != nil {
 		return runner.Fail(err.Error(), p.encode()), nil
 	}
 	// Record the swap before it happens: a restart after the rename finds
@@ -307,8 +307,11 @@ func (r *Runner) confirm(ctx context.Context, uid string, p pending) (runner.Out
 	if r.Connected == nil {
 		why = "this agent cannot tell whether it is connected (no Connected func)"
 	} else {
-		hctx, cancel := context.WithDeadline(ctx, p.Deadline)
+		hctx, cancel := withDeadline(ctx, r.Clock, p.Deadline)
 		err := r.Connected(hctx)
+		if ctx.Err() == nil && errors.Is(context.Cause(hctx), context.DeadlineExceeded) {
+			err = context.DeadlineExceeded
+		}
 		cancel()
 		switch {
 		case err == nil:
@@ -322,6 +325,22 @@ func (r *Runner) confirm(ctx context.Context, uid string, p pending) (runner.Out
 	}
 	r.Logger.Warn("upgrade: new version unhealthy", "uid", uid, "why", why)
 	return runner.Fail(why, p.encode()), nil
+}
+
+// withDeadline is context.WithDeadline on clk: the context ends, with
+// cause context.DeadlineExceeded, once clk reaches at.
+func withDeadline(ctx context.Context, clk clock.Clock, at time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := clk.NewTimer(at.Sub(clk.Now()))
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.Chan():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
 }
 
 // rollBack makes the old binary the running one again.

@@ -26,6 +26,7 @@ import (
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 const (
@@ -378,16 +379,15 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 // testConfirmPoll keeps WaitingConfirmation's DB polling fast.
 const testConfirmPoll = 20 * time.Millisecond
 
-// waitFor polls cond every testConfirmPoll until it holds or testTimeout.
+// waitFor waits until cond holds, what being what it waits for.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, testTimeout)
+	testkit.Eventually(t, testTimeout, func() string {
+		if !cond() {
+			return "still waiting: " + what
 		}
-		time.Sleep(testConfirmPoll)
-	}
+		return ""
+	})
 }
 
 func TestConfirmationHoldsTheFlow(t *testing.T) {
