@@ -656,7 +656,10 @@ func TestNodeTransitionEvents(t *testing.T) {
 	a := f.startAgent(opts)
 	waitConnected(t, h, node)
 	a.stop(t)
-	// Back, then gone for good.
+	// Back (once the hub has seen it go), then gone for good.
+	testenv.Eventually(t, waitTimeout, "the hub sees the first stream end", func(context.Context) (bool, error) {
+		return !h.Connected(node), nil
+	})
 	a = f.startAgent(opts)
 	waitConnected(t, h, node)
 	a.stop(t)

@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -268,11 +269,15 @@ func (f *fixture) setAttempt(t *batchv1.Task, n int32) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
 	defer cancel()
-	if err := f.c.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
-		f.t.Fatal(err)
-	}
-	t.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: f.node, Attempt: n}
-	if err := f.c.Status().Update(ctx, t); err != nil {
+	// The hub writes the task too (its finalizer, its reports): retry on
+	// a conflict, as the manager would.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+			return err
+		}
+		t.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: f.node, Attempt: n}
+		return f.c.Status().Update(ctx, t)
+	}); err != nil {
 		f.t.Fatal(err)
 	}
 }
