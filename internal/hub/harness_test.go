@@ -7,9 +7,9 @@ package hub
 import (
 	"bytes"
 	"context"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -298,6 +299,22 @@ func waitConnected(t *testing.T, h *runningHub, node string) {
 	t.Helper()
 	testenv.Eventually(t, waitTimeout, fmt.Sprintf("node %s connected to hub %s", node, h.Name()), func(context.Context) (bool, error) {
 		return h.Connected(node), nil
+	})
+}
+
+// waitOnline waits until node's FleetNode says it is Online and Ready at
+// h: the hub has written the connect, not only opened the stream.
+func (f *fixture) waitOnline(h *runningHub, node string) {
+	f.t.Helper()
+	testenv.Eventually(f.t, waitTimeout, fmt.Sprintf("node %s Online and Ready at hub %s", node, h.Name()), func(ctx context.Context) (bool, error) {
+		var n fleetv1.FleetNode
+		if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return false, err
+		}
+		if n.Status.Phase != fleetv1.FleetNodeOnline || n.Status.Hub != h.Name() || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition) {
+			return false, fmt.Errorf("phase %s, hub %q, conditions %v", n.Status.Phase, n.Status.Hub, n.Status.Conditions)
+		}
+		return true, nil
 	})
 }
 
