@@ -76,6 +76,9 @@ func (*doneSink) Name() string     { return "bench" }
 func (*doneSink) Owns(string) bool { return true }
 func (*doneSink) Attach(hub.Link)  {}
 
+// Assigned: the bench's nodes report only what they were sent.
+func (*doneSink) Assigned(context.Context, string, string) bool { return true }
+
 func (*doneSink) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
 
 // runDispatch starts an in-process hub for transport m (its own MQTT

@@ -30,6 +30,17 @@ type Feature interface {
 	// feature's Dispatch or Call of an item it does not own (its reports
 	// would reach no one). It is called on every report: keep it cheap.
 	Owns(uid string) bool
+	// Assigned reports whether work uid, which the feature owns, is node's:
+	// the feature sent it (or its snapshot lists it) to node. A node is
+	// trusted with its own work only: the hub drops a report of a uid not
+	// assigned to the sending node before it reaches the feature or a
+	// Call, counts it (drover_hub_reports_foreign_total) and logs it once.
+	// Answer from the feature's own state: true for the node a dispatch in
+	// flight goes to (its first report may come before the feature's
+	// caches show the send), false for every other node, and false for
+	// work the feature does not know. It is called on every report: keep
+	// it cheap.
+	Assigned(ctx context.Context, node, uid string) bool
 	// Attach hands the feature its link to the hub. The hub calls it once,
 	// in New, before it serves any agent.
 	Attach(Link)
@@ -38,8 +49,9 @@ type Feature interface {
 	// snapshot (an agent cancels what a snapshot leaves out).
 	WorkSource
 	// WorkStatus and NodeState receive the reports of the uids the feature
-	// owns; a NodeState carries the owned part of the node's state, possibly
-	// empty (it replaces what the feature knew of the node).
+	// owns and assigned to the reporting node; a NodeState carries that
+	// part of the node's state, possibly empty (it replaces what the
+	// feature knew of the node).
 	StatusSink
 }
 

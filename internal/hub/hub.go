@@ -180,7 +180,7 @@ func New(opts Options) (*Hub, error) {
 	}
 	log := opts.Logger.With("hub", opts.Name)
 	m := newMetrics(opts.Registerer)
-	r, err := newRouter(opts.Features, m.unrouted, log)
+	r, err := newRouter(opts.Features, m.unrouted, m.foreign, log)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ type metrics struct {
 	batchItems    prometheus.Histogram
 	resyncs       prometheus.Counter
 	unrouted      prometheus.Counter
+	foreign       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,9 +55,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		unrouted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "drover_hub_reports_unrouted_total", Help: "Agent work reports (NodeState entries included) that no hub feature owns, dropped.",
 		}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_hub_reports_foreign_total", Help: "Agent work reports (NodeState entries included) of work the sending node was not given, dropped, by feature.",
+		}, []string{"feature"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

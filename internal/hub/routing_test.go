@@ -20,12 +20,14 @@ import (
 
 // testFeature is a Feature made of a test's parts: works for its items,
 // a sink for its reports (either may be nil), owning the uids with prefix
-// (every uid when empty).
+// (every uid when empty). assigned says which node a uid is (nil: every
+// node is given every uid, for the tests about anything else).
 type testFeature struct {
-	name   string
-	prefix string
-	works  WorkSource
-	sink   StatusSink
+	name     string
+	prefix   string
+	works    WorkSource
+	sink     StatusSink
+	assigned func(node, uid string) bool
 
 	mu   sync.Mutex
 	err  error // WorkFor fails with it when set
@@ -44,6 +46,10 @@ func feature(w WorkSource, s StatusSink) []Feature {
 
 func (f *testFeature) Name() string         { return f.name }
 func (f *testFeature) Owns(uid string) bool { return strings.HasPrefix(uid, f.prefix) }
+
+func (f *testFeature) Assigned(_ context.Context, node, uid string) bool {
+	return f.assigned == nil || f.assigned(node, uid)
+}
 
 func (f *testFeature) Attach(l Link) {
 	f.mu.Lock()
@@ -122,7 +128,7 @@ func TestRouterRoutesByOwner(t *testing.T) {
 	r, err := newRouter([]Feature{
 		&testFeature{name: "task", prefix: "task-", works: &taskWorks, sink: &tasks},
 		&testFeature{name: "nodejob", prefix: "job-", works: &jobWorks, sink: &jobs},
-	}, unrouted, slog.New(slog.DiscardHandler))
+	}, unrouted, foreignVec(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +184,7 @@ func TestRouterFailsTheSnapshotWithAFeature(t *testing.T) {
 			f.fail(errors.New("cache not synced"))
 			return f
 		}(),
-	}, prometheus.NewCounter(prometheus.CounterOpts{Name: "unrouted"}), slog.New(slog.DiscardHandler))
+	}, prometheus.NewCounter(prometheus.CounterOpts{Name: "unrouted"}), foreignVec(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,4 +286,8 @@ func TestSnapshotJoinsTheFeatures(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "broken") {
 		t.Fatalf("stream while a feature cannot list its work: %v, want Unavailable naming the feature", err)
 	}
+}
+
+func foreignVec() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "foreign"}, []string{"feature"})
 }

@@ -182,6 +182,34 @@ func (e *Executor) Owns(uid string) bool {
 	return ok && known
 }
 
+// Assigned implements hub.Feature: a node job's uid, or its confirmation's,
+// is node's when the job's slices hold an entry for node (the entry is
+// indexed before the item is sent). Only that node reports on it: another
+// node's report would be queued for an entry it has not, or written into
+// one that is not its own.
+func (e *Executor) Assigned(_ context.Context, node, uid string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inJobLocked(node, uid)
+}
+
+// inJobLocked reports whether uid is a node job's (or its confirmation's)
+// whose slices hold node. e.mu is held.
+func (e *Executor) inJobLocked(node, uid string) bool {
+	job := uid
+	if _, ok := e.jobs[uid]; !ok {
+		var confirm bool
+		if job, confirm = strings.CutSuffix(uid, nodejobwire.ConfirmUID("")); !confirm {
+			return false
+		}
+		if _, ok := e.jobs[job]; !ok {
+			return false
+		}
+	}
+	_, ok := e.where[job][node]
+	return ok
+}
+
 // Attach implements hub.Feature: the executor sends work through l.
 func (e *Executor) Attach(l hub.Link) { e.hub.Store(&l) }
 
@@ -581,7 +609,12 @@ func (e *Executor) NodeState(_ context.Context, node string, work []*agentv1.Wor
 
 func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	e.mu.Lock()
+	// A job's own uid (confirmations carry no report), and only from a
+	// node in the job: the hub drops other nodes' reports before they get
+	// here, and a report kept for an entry no slice holds would wait for
+	// ever.
 	_, ours := e.jobs[st.GetUid()]
+	ours = ours && e.inJobLocked(node, st.GetUid())
 	e.mu.Unlock()
 	if !ours {
 		return

@@ -165,7 +165,7 @@ func start(t *testing.T) *fixture {
 	}
 	h, err := hub.New(hub.Options{Name: "hub-" + base, Client: f.c, Namespace: f.droverNS, ListenAddress: "127.0.0.1:0",
 		ServingHosts: []string{"127.0.0.1"}, Features: []hub.Feature{f.d},
-		Logger: logger.With("component", "hub"), Registerer: prometheus.NewRegistry()})
+		Logger: logger.With("component", "hub"), Registerer: f.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

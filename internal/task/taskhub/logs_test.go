@@ -438,6 +438,7 @@ var _ hub.LogFinder = logsOnly{}
 
 func (logsOnly) Name() string                                                 { return "tasklogs" }
 func (logsOnly) Owns(string) bool                                             { return false }
+func (logsOnly) Assigned(context.Context, string, string) bool                { return false }
 func (logsOnly) Attach(hub.Link)                                              {}
 func (logsOnly) WorkFor(context.Context, string) ([]*agentv1.WorkItem, error) { return nil, nil }
 func (logsOnly) WorkStatus(context.Context, string, *agentv1.WorkStatus)      {}

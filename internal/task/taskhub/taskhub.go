@@ -188,6 +188,11 @@ type Dispatcher struct {
 	cancelled map[types.UID]time.Time
 	// ended: task uid → the work id whose end the agent reported.
 	ended map[types.UID]string
+	// gone: work id → node, of attempts this hub sent whose tasks are gone
+	// (forget), so that their node's last reports are still its own; the
+	// oldest are forgotten first (goneOrder).
+	gone      map[string]string
+	goneOrder []string
 
 	// requeue asks the controller to look at a task again (an end
 	// reported for a deleted task).
@@ -235,6 +240,7 @@ func New(opts Options) *Dispatcher {
 		latest:    map[types.UID]written{},
 		cancelled: map[types.UID]time.Time{},
 		ended:     map[types.UID]string{},
+		gone:      map[string]string{},
 		requeue:   make(chan types.NamespacedName, 1024),
 		m: metrics{
 			dispatched: c("dispatched_total", "Task attempts this hub sent to agents (Dispatch messages and snapshot items)."),
@@ -255,6 +261,53 @@ func (d *Dispatcher) Name() string { return "task" }
 
 // Owns implements hub.Feature: task attempts' work uids (Owns).
 func (d *Dispatcher) Owns(uid string) bool { return Owns(uid) }
+
+// Assigned implements hub.Feature: a task attempt's work id is node's when
+// this hub sent that attempt to node, or the Task says the attempt runs
+// (or ran) there (status.nodeName, or status.history for an earlier
+// attempt). What this hub sent answers first: it is recorded when the
+// dispatch goes out, before the cache shows it; and the cache shows a
+// Task's nodeName before this hub sends it anything. A Task this hub
+// does not know (not in the cache, not recently sent) has no node.
+func (d *Dispatcher) Assigned(ctx context.Context, node, uid string) bool {
+	tuid, attempt, ok := taskwire.ParseWorkID(uid)
+	if !ok {
+		return false
+	}
+	d.mu.Lock()
+	s, sent := d.sent[types.UID(tuid)]
+	goneTo, gone := d.gone[uid]
+	d.mu.Unlock()
+	switch {
+	case sent && s.work == uid:
+		return s.node == node
+	case gone:
+		return goneTo == node
+	}
+	var l batchv1.TaskList
+	// Read only: no copy of the cached object.
+	if err := d.opts.Client.List(ctx, &l, client.MatchingFields{IndexUID: tuid}, client.UnsafeDisableDeepCopy); err != nil || len(l.Items) == 0 {
+		return false
+	}
+	ran, err := batchv1.AttemptNode(&l.Items[0], attempt)
+	return err == nil && ran == node
+}
+
+// goneMax bounds the attempts of gone tasks the dispatcher remembers.
+const goneMax = 4096
+
+// rememberGoneLocked records that attempt work was sent to node and its
+// task is gone. d.mu is held.
+func (d *Dispatcher) rememberGoneLocked(work, node string) {
+	if _, ok := d.gone[work]; !ok {
+		if len(d.goneOrder) >= goneMax {
+			delete(d.gone, d.goneOrder[0])
+			d.goneOrder = d.goneOrder[1:]
+		}
+		d.goneOrder = append(d.goneOrder, work)
+	}
+	d.gone[work] = node
+}
 
 // Attach implements hub.Feature: the dispatcher sends work through l.
 func (d *Dispatcher) Attach(l hub.Link) { d.hub.Store(&l) }
@@ -454,7 +507,9 @@ func (d *Dispatcher) report(node string, st *agentv1.WorkStatus, full bool) {
 		d.mu.Lock()
 		_, deleting := d.cancelled[tuid]
 		s, ours := d.sent[tuid]
-		if ours {
+		// Only the node the attempt was sent to ends it (the hub drops
+		// other nodes' reports before they get here).
+		if ours && s.node == node && s.work == st.GetUid() {
 			d.ended[tuid] = st.GetUid()
 		}
 		key := s.key
@@ -611,6 +666,7 @@ func (d *Dispatcher) forget(key types.NamespacedName) {
 			if w, ok := d.ended[uid]; !ok || w != s.work {
 				stop = append(stop, s)
 			}
+			d.rememberGoneLocked(s.work, s.node)
 			delete(d.sent, uid)
 			delete(d.cancelled, uid)
 			delete(d.ended, uid)
