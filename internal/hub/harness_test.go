@@ -37,6 +37,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // Named timeouts. Every wait in these tests is bounded by one of them.
@@ -70,9 +71,7 @@ func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard()) // the API client logs nothing worth reading here
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: testScheme()})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 // syncBuffer collects log output of hubs and agents; a failed test prints

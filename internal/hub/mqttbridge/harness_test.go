@@ -43,6 +43,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // Named timeouts; every wait is bounded by one of them.
@@ -66,9 +67,7 @@ func TestMain(m *testing.M) {
 	}
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: s})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 type syncBuffer struct {
