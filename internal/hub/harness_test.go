@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -294,6 +296,23 @@ func waitConnected(t *testing.T, h *runningHub, node string) {
 	t.Helper()
 	testenv.Eventually(t, waitTimeout, fmt.Sprintf("node %s connected to hub %s", node, h.Name()), func(context.Context) (bool, error) {
 		return h.Connected(node), nil
+	})
+}
+
+// waitReady waits until h has written node's connect: the FleetNode is
+// Ready at h. A stream the test ends before then abandons that write.
+func (f *fixture) waitReady(h *runningHub, node string) {
+	f.t.Helper()
+	testenv.Eventually(f.t, waitTimeout, fmt.Sprintf("node %s Ready at hub %s", node, h.Name()), func(ctx context.Context) (bool, error) {
+		var n fleetv1.FleetNode
+		if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return false, err
+		}
+		r := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		if n.Status.Hub != h.Name() || r == nil || r.Status != metav1.ConditionTrue {
+			return false, fmt.Errorf("hub %q, Ready %+v", n.Status.Hub, r)
+		}
+		return true, nil
 	})
 }
 

@@ -654,7 +654,7 @@ func TestNodeTransitionEvents(t *testing.T) {
 	const node = "events-node"
 	opts := f.agentOpts(node, h, newRunner())
 	a := f.startAgent(opts)
-	waitConnected(t, h, node)
+	f.waitReady(h, node)
 	a.stop(t)
 	// Back, then gone for good.
 	a = f.startAgent(opts)
