@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // Named timeouts. Every wait in these tests is bounded by one of them.
@@ -72,9 +74,7 @@ func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard()) // the API client logs nothing worth reading here
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: testScheme()})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 // syncBuffer collects log output of hubs and agents; a failed test prints
@@ -302,17 +302,18 @@ func waitConnected(t *testing.T, h *runningHub, node string) {
 	})
 }
 
-// waitOnline waits until node's FleetNode says it is Online and Ready at
-// h: the hub has written the connect, not only opened the stream.
-func (f *fixture) waitOnline(h *runningHub, node string) {
+// waitReady waits until h has written node's connect: the FleetNode is
+// Ready at h. A stream the test ends before then abandons that write.
+func (f *fixture) waitReady(h *runningHub, node string) {
 	f.t.Helper()
-	testenv.Eventually(f.t, waitTimeout, fmt.Sprintf("node %s Online and Ready at hub %s", node, h.Name()), func(ctx context.Context) (bool, error) {
+	testenv.Eventually(f.t, waitTimeout, fmt.Sprintf("node %s Ready at hub %s", node, h.Name()), func(ctx context.Context) (bool, error) {
 		var n fleetv1.FleetNode
 		if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 			return false, err
 		}
-		if n.Status.Phase != fleetv1.FleetNodeOnline || n.Status.Hub != h.Name() || !meta.IsStatusConditionTrue(n.Status.Conditions, fleetv1.ReadyCondition) {
-			return false, fmt.Errorf("phase %s, hub %q, conditions %v", n.Status.Phase, n.Status.Hub, n.Status.Conditions)
+		r := meta.FindStatusCondition(n.Status.Conditions, fleetv1.ReadyCondition)
+		if n.Status.Hub != h.Name() || r == nil || r.Status != metav1.ConditionTrue {
+			return false, fmt.Errorf("hub %q, Ready %+v", n.Status.Hub, r)
 		}
 		return true, nil
 	})

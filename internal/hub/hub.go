@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub/liveness"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
@@ -61,8 +62,9 @@ type Options struct {
 	// agent report goes to the feature that owns its uid. New attaches each
 	// one. Default: none (the hub carries no work).
 	Features []Feature
-	// Now is the clock. Default: time.Now.
-	Now func() time.Time
+	// Clock tells the time and times the hub's rules: liveness, the
+	// Lease, log request timeouts. Default: the wall clock.
+	Clock clock.Clock
 	// Logger for operators; nothing is logged per heartbeat at info. Default: discard.
 	Logger *slog.Logger
 	// Registerer receives the hub's metrics. Default: none.
@@ -119,9 +121,7 @@ func (o *Options) defaults() error {
 	if o.CertificateValidity <= 0 {
 		o.CertificateValidity = 365 * 24 * time.Hour
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -238,6 +238,10 @@ func (h *Hub) CA(ctx context.Context) (*pki.CA, error) {
 // OfflineTimeout is how long a silent node stays Online.
 func (h *Hub) OfflineTimeout() time.Duration { return h.opts.OfflineTimeout }
 
+// Clock is the hub's clock: transports that carry its sessions (the MQTT
+// bridge) time them with it by default.
+func (h *Hub) Clock() clock.Clock { return h.opts.Clock }
+
 // Logger is the hub's logger.
 func (h *Hub) Logger() *slog.Logger { return h.log }
 
@@ -249,14 +253,14 @@ func (h *Hub) Start(ctx context.Context) error {
 	if err := ensureNamespace(ctx, h.opts.APIReader, h.opts.Client, h.opts.Namespace); err != nil {
 		return err
 	}
-	ca, err := EnsureCA(ctx, h.opts.Client, h.opts.Namespace, h.opts.Now())
+	ca, err := EnsureCA(ctx, h.opts.Client, h.opts.Namespace, h.opts.Clock.Now())
 	if err != nil {
 		return err
 	}
 	h.ca = ca
 	h.clientCAs.Store(ca.Pool())
 	h.loadKubeClientCA(ctx)
-	certPEM, keyPEM, err := ca.IssueServing("drover-hub-"+h.opts.Name, h.opts.ServingHosts, h.opts.Now(), 365*24*time.Hour)
+	certPEM, keyPEM, err := ca.IssueServing("drover-hub-"+h.opts.Name, h.opts.ServingHosts, h.opts.Clock.Now(), 365*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -329,7 +333,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		go func() { srv.GracefulStop(); close(stopped) }()
 		select {
 		case <-stopped:
-		case <-time.After(5 * time.Second):
+		case <-h.opts.Clock.After(5 * time.Second):
 			srv.Stop()
 		}
 		return nil

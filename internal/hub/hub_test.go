@@ -654,14 +654,14 @@ func TestNodeTransitionEvents(t *testing.T) {
 	const node = "events-node"
 	opts := f.agentOpts(node, h, newRunner())
 	a := f.startAgent(opts)
-	f.waitOnline(h, node)
+	f.waitReady(h, node)
 	a.stop(t)
 	// Back (once the hub has seen it go), then gone for good.
 	testenv.Eventually(t, waitTimeout, "the hub sees the first stream end", func(context.Context) (bool, error) {
 		return !h.Connected(node), nil
 	})
 	a = f.startAgent(opts)
-	f.waitOnline(h, node)
+	f.waitReady(h, node)
 	a.stop(t)
 	testenv.Eventually(t, waitTimeout, "Connected, Disconnected and HeartbeatTimeout Events", func(ctx context.Context) (bool, error) {
 		list, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})

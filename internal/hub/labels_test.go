@@ -184,6 +184,11 @@ func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
 			if fn.Status.Phase != fleetv1.FleetNodeOnline {
 				return false, fmt.Errorf("phase %q", fn.Status.Phase)
 			}
+			// Labels are patched before the connect's status write, which
+			// carries what the agent reported: wait for that too.
+			if !maps.Equal(fn.Status.ReportedLabels, opts.Labels) {
+				return false, fmt.Errorf("reportedLabels %v, want %v", fn.Status.ReportedLabels, opts.Labels)
+			}
 			return true, nil
 		})
 		return fn

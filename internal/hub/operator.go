@@ -112,13 +112,13 @@ func (h *Hub) loadKubeClientCA(ctx context.Context) {
 // refreshKubeClientCA re-reads the client CA now and then, so a rotated one
 // is accepted without restarting the hub.
 func (h *Hub) refreshKubeClientCA(ctx context.Context) error {
-	t := time.NewTicker(kubeCARefresh)
+	t := h.opts.Clock.NewTicker(kubeCARefresh)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.Chan():
 			h.loadKubeClientCA(ctx)
 		}
 	}
@@ -277,7 +277,7 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 		return status.Errorf(codes.Unavailable, "ask node %s for logs: %v", node, err)
 	}
 	h.log.Info("task logs requested", "user", u.name, "task", req.GetNamespace()+"/"+req.GetName(), "node", node, "uid", uid, "follow", req.GetFollow())
-	first := time.NewTimer(logAnswerTimeout)
+	first := h.opts.Clock.NewTimer(logAnswerTimeout)
 	defer first.Stop()
 	for {
 		select {
@@ -297,7 +297,7 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 			}
 		case <-lr.stalled:
 			return status.Errorf(codes.ResourceExhausted, "the reader took more than %s to take a chunk; the agent of node %s stopped sending", logStall, node)
-		case <-first.C:
+		case <-first.Chan():
 			return status.Errorf(codes.DeadlineExceeded, "the agent of node %s did not answer the log request within %s (is it older than this hub?)", node, logAnswerTimeout)
 		case <-s.done:
 			return status.Errorf(codes.Unavailable, "node %s disconnected from hub %s; try again", node, h.opts.Name)
@@ -365,12 +365,12 @@ func (h *Hub) deliverLog(ctx context.Context, node string, c *agentv1.LogChunk) 
 	if lr == nil || lr.node != node {
 		return nil, status.Errorf(codes.NotFound, "log request %s is over", c.GetRequestId())
 	}
-	stall := time.NewTimer(logStall)
+	stall := h.opts.Clock.NewTimer(logStall)
 	defer stall.Stop()
 	select {
 	case lr.ch <- c:
 		return &agentv1.SendResponse{}, nil
-	case <-stall.C:
+	case <-stall.Chan():
 		lr.stallOnce.Do(func() { close(lr.stalled) })
 		return nil, status.Errorf(codes.ResourceExhausted, "log request %s: the reader is too slow", c.GetRequestId())
 	case <-lr.done:

@@ -2,12 +2,13 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/store"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // stepper reports two progress steps, then ends with a message; after a
@@ -98,19 +99,14 @@ func TestProgressReportsAndResume(t *testing.T) {
 	db.Close()
 	opts.BootstrapToken = ""
 	f.startAgent(opts)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, waitTimeout, func() string {
 		st.mu.Lock()
-		n := st.resumed
-		st.mu.Unlock()
-		if n == 1 {
-			break
+		defer st.mu.Unlock()
+		if st.resumed != 1 {
+			return fmt.Sprintf("Resume called %d times, want 1", st.resumed)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Resume called %d times, want 1", n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	last := snk.waitStatus(t, node, "w-held", agent.PhaseSucceeded)
 	if m := last[len(last)-1].GetMessage(); m != `{"action":"Upgrade","success":true}` {
 		t.Errorf("resumed item's message = %q", m)

@@ -53,7 +53,7 @@ func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 	if err := validateInfo(req.GetInfo()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	tok, err := bootstrap.Verify(ctx, h.opts.APIReader, h.opts.Namespace, req.GetBootstrapToken(), now)
 	switch {
 	case errors.Is(err, bootstrap.ErrMalformed), errors.Is(err, bootstrap.ErrUnknown), errors.Is(err, bootstrap.ErrInvalid), errors.Is(err, bootstrap.ErrExpired):

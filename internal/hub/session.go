@@ -165,7 +165,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
 	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision(), req.GetFeatures())
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	h.mu.Lock()
 	old := h.sessions[node]
 	h.sessions[node] = s
@@ -261,7 +261,7 @@ func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv
 func (h *Hub) markDisconnected(ctx context.Context, node string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
 	if h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
@@ -396,7 +396,7 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 	known, back := false, false
 	if s != nil {
 		// A call without a stream proves nothing about the node's session.
-		known, back = h.live.Heartbeat(node, h.opts.Now())
+		known, back = h.live.Heartbeat(node, h.opts.Clock.Now())
 	}
 	h.mu.Unlock()
 	if s == nil || !known {

@@ -71,19 +71,19 @@ func (h *Hub) nodeEvent(n *fleetv1.FleetNode, ev fleetnode.Event) {
 // runLiveness turns the liveness tracker's decisions into API writes.
 func (h *Hub) runLiveness(ctx context.Context) error {
 	period := min(max(h.opts.OfflineTimeout/20, 100*time.Millisecond), 5*time.Second)
-	t := time.NewTicker(period)
+	t := h.opts.Clock.NewTicker(period)
 	defer t.Stop()
 	adopted := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if !adopted {
 			adopted = h.adoptNodes(ctx)
 		}
-		now := h.opts.Now()
+		now := h.opts.Clock.Now()
 		h.mu.Lock()
 		due := h.live.Tick(now)
 		var silent []*session
@@ -134,7 +134,7 @@ func (h *Hub) adoptNodes(ctx context.Context) bool {
 		}
 		return false
 	}
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	var names []string
 	h.mu.Lock()
 	for i := range list.Items {
@@ -155,7 +155,7 @@ func (h *Hub) adoptNodes(ctx context.Context) bool {
 // grace Disconnected, so that the scheduler stops placing work on it while
 // it may still come back.
 func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time) {
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
 	if h.writeStatus(ctx, node, "disconnect", func(n *fleetv1.FleetNode) bool {
@@ -173,7 +173,7 @@ func (h *Hub) markUnconnected(ctx context.Context, node string, since time.Time)
 // heartbeat intervals Ready Unknown, NotResponding: the scheduler places
 // nothing new on it until it is heard from (markResponding).
 func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Time) {
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	var (
 		c     fleetnode.Change
 		wrote *fleetv1.FleetNode
@@ -204,7 +204,7 @@ func (h *Hub) markNotResponding(ctx context.Context, node string, since time.Tim
 // reports whether the API is settled (written, or nothing to undo); on a
 // failed write the next message from the node tries again.
 func (h *Hub) markResponding(ctx context.Context, node string) bool {
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	var (
 		c       fleetnode.Change
 		wrote   *fleetv1.FleetNode
@@ -246,13 +246,13 @@ func (h *Hub) runLease(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(every):
+		case <-h.opts.Clock.After(every):
 		}
 	}
 }
 
 func (h *Hub) renewLease(ctx context.Context) error {
-	now := metav1.NewMicroTime(h.opts.Now())
+	now := metav1.NewMicroTime(h.opts.Clock.Now())
 	var l coordinationv1.Lease
 	key := client.ObjectKey{Namespace: h.opts.Namespace, Name: LeaseName(h.opts.Name)}
 	err := h.opts.APIReader.Get(ctx, key, &l)
@@ -287,13 +287,13 @@ func (h *Hub) renewLease(ctx context.Context) error {
 // watchNodes closes the streams of nodes that were revoked, unapproved or
 // deleted since they connected, and claims the nodes of lost hubs.
 func (h *Hub) watchNodes(ctx context.Context) error {
-	t := time.NewTicker(5 * time.Second)
+	t := h.opts.Clock.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.Chan():
 		}
 		h.claimLostNodes(ctx)
 		h.mu.Lock()
@@ -377,7 +377,7 @@ func (h *Hub) hubLost(ctx context.Context, hub string) bool {
 		}
 		return false
 	}
-	return leaseExpired(&l, h.opts.Now(), h.opts.LeaseDuration)
+	return leaseExpired(&l, h.opts.Clock.Now(), h.opts.LeaseDuration)
 }
 
 // leaseExpired reports whether l's holder stopped renewing it: now is past
@@ -398,7 +398,7 @@ func leaseExpired(l *coordinationv1.Lease, now time.Time, def time.Duration) boo
 // claimNode claims node, Online at the lost hub lost, for this hub, unless
 // its agent is connected here.
 func (h *Hub) claimNode(ctx context.Context, node, lost string) {
-	now := h.opts.Now()
+	now := h.opts.Clock.Now()
 	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
 	if !h.writeStatus(ctx, node, "hub-lost", func(n *fleetv1.FleetNode) bool {

@@ -19,6 +19,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobhub"
@@ -28,9 +29,10 @@ import (
 // Options configure a hub and its features.
 type Options struct {
 	// Hub configures the hub. Setup fills Client, APIReader and Recorder
-	// from the manager and Features from the fields below. Its Logger
-	// (default: discard) and Registerer (default: none) serve every part;
-	// each part logs with its own component key.
+	// from the manager and Features from the fields below. Its Clock
+	// (default: the wall clock), Logger (default: discard) and Registerer
+	// (default: none) serve every part; each part logs with its own
+	// component key.
 	Hub hub.Options
 	// NodeJobs dispatches node jobs (NodeUpgradeJob, ImagePrePullJob) to
 	// the agents (off with --feature-gates=disableNodeTaskV1alpha2).
@@ -68,10 +70,13 @@ func Setup(mgr ctrl.Manager, opts Options) (*Hub, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	reg := opts.Hub.Registerer
+	// One clock for every part: a feature's timing and the hub's agree.
+	opts.Hub.Clock = clock.Or(opts.Hub.Clock)
+	clk := opts.Hub.Clock
 	var features []hub.Feature
 	if opts.NodeJobs {
 		e := nodejobhub.New(nodejobhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-			Logger: log.With("component", "nodejob"), Registerer: reg})
+			Logger: log.With("component", "nodejob"), Registerer: reg, Clock: clk})
 		if err := e.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("set up the hub's node jobs: %w", err)
 		}
@@ -79,7 +84,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Hub, error) {
 	}
 	if opts.Tasks {
 		d := taskhub.New(taskhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-			Logger: log.With("component", "task"), Registerer: reg})
+			Logger: log.With("component", "task"), Registerer: reg, Clock: clk})
 		// The context only registers the dispatcher's field indexes.
 		if err := d.SetupWithManager(context.Background(), mgr); err != nil {
 			return nil, fmt.Errorf("set up the hub's tasks: %w", err)

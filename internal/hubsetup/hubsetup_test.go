@@ -2,7 +2,6 @@ package hubsetup_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -26,9 +25,7 @@ func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: manager.Scheme()})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 // TestSetupServes: a hub set up with every feature and an embedded MQTT

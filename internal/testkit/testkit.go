@@ -77,3 +77,21 @@ func Never(t testing.TB, d time.Duration, cond func() string) {
 func VerifyNoLeaks(m *testing.M, ignore ...goleak.Option) {
 	goleak.VerifyTestMain(m, ignore...)
 }
+
+// VerifyNoLeaksAfter is VerifyNoLeaks for a TestMain that sets something
+// up for all its tests (a control plane): teardown runs after the tests and
+// before the check, so that what it stops is not taken for a leak.
+func VerifyNoLeaksAfter(m *testing.M, teardown func(), ignore ...goleak.Option) {
+	goleak.VerifyTestMain(runThen{m, teardown}, ignore...)
+}
+
+// runThen runs the tests, then teardown.
+type runThen struct {
+	m        *testing.M
+	teardown func()
+}
+
+func (r runThen) Run() int {
+	defer r.teardown()
+	return r.m.Run()
+}

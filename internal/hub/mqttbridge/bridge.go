@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/mqtt/broker"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
@@ -53,6 +54,9 @@ type Options struct {
 	// ResendAfter is how long an envelope waits for the agent's ack before
 	// it is published again (then twice as long, up to 30s). Default: 2s.
 	ResendAfter time.Duration
+	// Clock times sessions: re-sends and the silence that ends one.
+	// Default: the hub's.
+	Clock clock.Clock
 	// Logger. Default: the hub's.
 	Logger *slog.Logger
 	// Registerer receives the bridge's metrics. Default: none.
@@ -107,6 +111,9 @@ func New(opts Options) (*Bridge, error) {
 	if opts.ResendAfter <= 0 {
 		opts.ResendAfter = 2 * time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = opts.Hub.Clock()
+	}
 	if opts.Logger == nil {
 		opts.Logger = opts.Hub.Logger()
 	}
@@ -156,7 +163,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		b.broker, b.url = br, br.URL()
 	}
 	brokerURL, host, _ := topics.BrokerURL(b.url)
-	certPEM, keyPEM, err := broker.HubClientCert(ca, b.layout, time.Now(), 365*24*time.Hour)
+	certPEM, keyPEM, err := broker.HubClientCert(ca, b.layout, b.opts.Clock.Now(), 365*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -316,11 +323,11 @@ func (b *Bridge) work(n *node) {
 		}
 	}()
 	go b.logWork(ctx, n)
-	idle := time.NewTimer(workerIdle)
+	idle := b.opts.Clock.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		select {
-		case <-idle.C:
+		case <-idle.Chan():
 			if b.retire(n) {
 				return
 			}

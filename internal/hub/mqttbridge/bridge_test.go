@@ -19,6 +19,7 @@ import (
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // brokers are the brokers every test runs against.
@@ -47,13 +48,15 @@ func TestAgentsOverMQTT(t *testing.T) {
 			if n := s.bridge.Resent(); n < 2 {
 				t.Errorf("bridge published %d envelopes again, want at least the 2 the agent dropped", n)
 			}
-			time.Sleep(settle) // a second run or status would show by now
-			if n := runs.count(it.GetUid()); n != 1 {
-				t.Errorf("%s ran %d times, want 1", it.GetUid(), n)
-			}
-			if got := s.sink.statuses(lossy, it.GetUid()); len(got) != 1 {
-				t.Errorf("hub got %d statuses for %s, want 1: %v", len(got), it.GetUid(), got)
-			}
+			testkit.Never(t, settle, func() string {
+				if n := runs.count(it.GetUid()); n != 1 {
+					return fmt.Sprintf("%s ran %d times, want 1", it.GetUid(), n)
+				}
+				if got := s.sink.statuses(lossy, it.GetUid()); len(got) != 1 {
+					return fmt.Sprintf("hub got %d statuses for %s, want 1: %v", len(got), it.GetUid(), got)
+				}
+				return ""
+			})
 
 			noop := &agentv1.WorkItem{Uid: "w-noop", Type: "noop", Spec: []byte(`{}`)}
 			s.dispatch(plain, noop)
@@ -125,13 +128,15 @@ func TestNodesAreConfinedToTheirTopics(t *testing.T) {
 				t.Fatalf("publish control: %v", tok.Error())
 			}
 			waitFor(t, "the spy to see the control message", func() bool { return slices.Contains(spy.topics(), control) })
-			time.Sleep(settle)
-			if slices.Contains(spy.topics(), s.layout.Status(victim, "w-forged")) {
-				t.Errorf("the broker passed on the intruder's publish to the victim's status topic")
-			}
-			if got := s.sink.statuses(victim, "w-forged"); len(got) > 0 {
-				t.Errorf("the hub applied a forged status: %v", got)
-			}
+			testkit.Never(t, settle, func() string {
+				if slices.Contains(spy.topics(), s.layout.Status(victim, "w-forged")) {
+					return "the broker passed on the intruder's publish to the victim's status topic"
+				}
+				if got := s.sink.statuses(victim, "w-forged"); len(got) > 0 {
+					return fmt.Sprintf("the hub applied a forged status: %v", got)
+				}
+				return ""
+			})
 		})
 	}
 }
@@ -188,15 +193,16 @@ func subResult(tok interface{}) any {
 	return nil
 }
 
+// waitFor waits waitTimeout at most for cond, which the test describes
+// as what it waits for.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+	testkit.Eventually(t, waitTimeout, func() string {
+		if !cond() {
+			return "still waiting for " + what
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestRevokedNodeStopsOverMQTT: the hub's refusal reaches an MQTT agent as
@@ -266,13 +272,15 @@ func TestLostReportsAreSentAgain(t *testing.T) {
 			if n != 2 {
 				t.Fatalf("the bridge dropped %d copies of the status, want 2: the test proves nothing", n)
 			}
-			time.Sleep(settle)
-			if got := s.sink.statuses(node, uid); len(got) != 1 {
-				t.Errorf("hub applied %d statuses for %s, want 1: %v", len(got), uid, got)
-			}
-			if c := runs.count(uid); c != 1 {
-				t.Errorf("%s ran %d times, want 1", uid, c)
-			}
+			testkit.Never(t, settle, func() string {
+				if got := s.sink.statuses(node, uid); len(got) != 1 {
+					return fmt.Sprintf("hub applied %d statuses for %s, want 1: %v", len(got), uid, got)
+				}
+				if c := runs.count(uid); c != 1 {
+					return fmt.Sprintf("%s ran %d times, want 1", uid, c)
+				}
+				return ""
+			})
 		})
 	}
 }
@@ -303,15 +311,17 @@ func TestBurstsArriveOnceOverMQTT(t *testing.T) {
 			if r := s.bridge.Resent(); r < 2 {
 				t.Errorf("bridge published %d envelopes again, want at least the 2 dispatches the agent dropped", r)
 			}
-			time.Sleep(settle)
-			for i := range n {
-				if c := runs.count(uid(i)); c != 1 {
-					t.Errorf("%s ran %d times, want 1", uid(i), c)
+			testkit.Never(t, settle, func() string {
+				for i := range n {
+					if c := runs.count(uid(i)); c != 1 {
+						return fmt.Sprintf("%s ran %d times, want 1", uid(i), c)
+					}
+					if got := s.sink.statuses(node, uid(i)); len(got) != 1 {
+						return fmt.Sprintf("hub got %d statuses for %s, want 1: %v", len(got), uid(i), got)
+					}
 				}
-				if got := s.sink.statuses(node, uid(i)); len(got) != 1 {
-					t.Errorf("hub got %d statuses for %s, want 1: %v", len(got), uid(i), got)
-				}
-			}
+				return ""
+			})
 		})
 	}
 }

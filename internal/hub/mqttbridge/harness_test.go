@@ -34,6 +34,7 @@ import (
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/agent/mqttclient"
 	"github.com/drover-fleet/drover/internal/bootstrap"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/mqtt/broker"
@@ -42,6 +43,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // Named timeouts; every wait is bounded by one of them.
@@ -65,9 +67,7 @@ func TestMain(m *testing.M) {
 	}
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: s})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 type syncBuffer struct {
@@ -125,8 +125,9 @@ type stackOptions struct {
 	drop func(*agentv1.Envelope) bool
 	// offline is the hub's offline timeout. Default: 20s.
 	offline time.Duration
-	// now is the hub's clock. Default: time.Now.
-	now func() time.Time
+	// hubClock is the hub's clock alone; the bridge keeps the wall clock.
+	// Default: the wall clock for both.
+	hubClock clock.Clock
 }
 
 // startStackOpts is startStack with o.
@@ -147,7 +148,7 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 	h, err := hub.New(hub.Options{
 		Name: ns, Client: e.Client, Namespace: s.ns, ListenAddress: "127.0.0.1:0",
 		ServingHosts: []string{"127.0.0.1"}, Features: []hub.Feature{feature{s.works, s.sink}}, Logger: s.log.With("component", "hub"),
-		HeartbeatInterval: 2 * time.Second, OfflineTimeout: o.offline, Now: o.now,
+		HeartbeatInterval: 2 * time.Second, OfflineTimeout: o.offline, Clock: o.hubClock,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,8 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 	if s.ca, err = h.CA(ctx); err != nil {
 		t.Fatal(err)
 	}
-	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge"), DropFromAgent: o.drop}
+	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge"), DropFromAgent: o.drop,
+		Clock: clock.Real()}
 	switch kind {
 	case "embedded":
 		opts.Listen = "127.0.0.1:0"

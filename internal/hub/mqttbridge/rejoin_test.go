@@ -18,6 +18,7 @@ import (
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/agent/mqttclient"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/testenv"
@@ -39,9 +40,8 @@ import (
 func TestFrozenAgentRejoinsOverMQTT(t *testing.T) {
 	for _, kind := range brokers {
 		t.Run(kind, func(t *testing.T) {
-			var lag atomic.Int64
-			now := func() time.Time { return time.Now().Add(-time.Duration(lag.Load())) }
-			s := startStackOpts(t, kind, "mqtt-rejoin-"+kind, stackOptions{offline: 4 * time.Second, now: now})
+			lagged := &laggingClock{Clock: clock.Real()}
+			s := startStackOpts(t, kind, "mqtt-rejoin-"+kind, stackOptions{offline: 4 * time.Second, hubClock: lagged})
 			p := startProxy(t, s.url)
 			node := kind + "-frozen"
 			started := make(chan struct{}, 1)
@@ -63,7 +63,7 @@ func TestFrozenAgentRejoinsOverMQTT(t *testing.T) {
 			s.waitSettled(node)
 
 			// Freeze.
-			lag.Store(int64(2 * time.Second))
+			lagged.lag.Store(int64(2 * time.Second))
 			p.pause()
 			waitFor(t, "the bridge to end the silent agent's session", func() bool { return !s.hub.Connected(node) })
 			s.waitOffline(node, fleetv1.ReasonHeartbeatTimeout)
@@ -80,6 +80,17 @@ func TestFrozenAgentRejoinsOverMQTT(t *testing.T) {
 		})
 	}
 }
+
+// laggingClock is the wall clock held lag behind: its timers run at the
+// wall clock's pace, but the times it tells are late.
+type laggingClock struct {
+	clock.Clock
+	lag atomic.Int64
+}
+
+func (c *laggingClock) Now() time.Time { return c.Clock.Now().Add(-time.Duration(c.lag.Load())) }
+
+func (c *laggingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // waitForCancel is a runner that runs until its item is cancelled.
 func waitForCancel(ctx context.Context) (string, string) {

@@ -52,7 +52,7 @@ type outgoing struct {
 }
 
 func newSession(ctx context.Context, b *Bridge, node, id string) *session {
-	s := &session{b: b, node: node, id: id, over: make(chan struct{}), unacked: map[string]*outgoing{}, lastSeen: time.Now()}
+	s := &session{b: b, node: node, id: id, over: make(chan struct{}), unacked: map[string]*outgoing{}, lastSeen: b.opts.Clock.Now()}
 	s.ctx, s.end = context.WithCancelCause(ctx)
 	s.cancel = func() { s.end(nil) }
 	return s
@@ -69,7 +69,7 @@ func (s *session) isOver() bool {
 
 func (s *session) touch() {
 	s.mu.Lock()
-	s.lastSeen = time.Now()
+	s.lastSeen = s.b.opts.Clock.Now()
 	s.mu.Unlock()
 }
 
@@ -116,7 +116,7 @@ func (s *session) send(env *agentv1.Envelope) error {
 			return status.Errorf(codes.ResourceExhausted, "node %s has not acked %d messages; it gets a snapshot when it says hello again", s.node, maxUnacked)
 		}
 		every := s.b.opts.ResendAfter
-		s.unacked[env.GetId()] = &outgoing{env: env, data: data, due: time.Now().Add(every), every: every}
+		s.unacked[env.GetId()] = &outgoing{env: env, data: data, due: s.b.opts.Clock.Now().Add(every), every: every}
 		s.mu.Unlock()
 	}
 	// Not waiting for the broker's PUBACK lets envelopes stream at the
@@ -157,16 +157,16 @@ func (s *session) unackedCount() int {
 // session whose agent has been silent for the hub's offline timeout (its
 // connection died without a Last Will, e.g. the broker restarted).
 func (s *session) resend() {
-	tick := time.NewTicker(min(s.b.opts.ResendAfter/4, 250*time.Millisecond))
+	tick := s.b.opts.Clock.NewTicker(min(s.b.opts.ResendAfter/4, 250*time.Millisecond))
 	defer tick.Stop()
 	idle := s.b.hub.OfflineTimeout()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.Chan():
 		}
-		now := time.Now()
+		now := s.b.opts.Clock.Now()
 		s.mu.Lock()
 		silent := now.Sub(s.lastSeen)
 		var due []*outgoing

@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/nodejob"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
@@ -72,7 +73,8 @@ type Options struct {
 	HoldInterval time.Duration
 	Logger       *slog.Logger
 	Registerer   prometheus.Registerer
-	Now          func() time.Time
+	// Clock stamps reports and times flushes. Default: the wall clock.
+	Clock clock.Clock
 }
 
 type jobRef struct {
@@ -146,9 +148,7 @@ func New(opts Options) *Executor {
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -621,12 +621,12 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	}
 	var r nodejobwire.Report
 	var err error
-	at := e.opts.Now()
+	at := e.opts.Clock.Now()
 	switch {
 	case st.GetMessage() == "" && (st.GetPhase() == nodejobwire.PhaseFailed || st.GetPhase() == "Cancelled"):
 		// The agent ended the item without a runner's report (no runner for
 		// the type, or it restarted mid-run): the node failed, and why.
-		r = nodejobwire.Report{Action: "Agent", Reason: st.GetPhase() + ": " + st.GetReason(), Time: e.opts.Now()}
+		r = nodejobwire.Report{Action: "Agent", Reason: st.GetPhase() + ": " + st.GetReason(), Time: e.opts.Clock.Now()}
 		st = &agentv1.WorkStatus{Uid: st.GetUid(), Phase: nodejobwire.PhaseFailed, Reason: st.GetReason()}
 	default:
 		r, err = nodejobwire.DecodeReport(st.GetMessage())
@@ -662,11 +662,11 @@ func (e *Executor) writeLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(e.opts.FlushInterval):
+		case <-e.opts.Clock.After(e.opts.FlushInterval):
 		}
 		held = nil
 		if next := e.flush(ctx); !next.IsZero() {
-			held = time.After(max(next.Sub(e.opts.Now()), 0))
+			held = e.opts.Clock.After(max(next.Sub(e.opts.Clock.Now()), 0))
 		}
 	}
 }
@@ -688,7 +688,7 @@ func (e *Executor) due(job jobRef, ref nodeRef, rs []report) time.Time {
 // flush writes the queued reports that are due and returns when the
 // earliest held one will be (zero: none held).
 func (e *Executor) flush(ctx context.Context) (next time.Time) {
-	now := e.opts.Now()
+	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	batches := map[string]map[string][]report{} // slice → node → reports
 	for uid, nodes := range e.queue {

@@ -34,6 +34,7 @@ import (
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 var (
@@ -55,9 +56,7 @@ func TestMain(m *testing.M) {
 	}
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: scheme})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 // recordingHub stands in for the hub's stream side: the hub itself is tested

@@ -43,6 +43,7 @@ import (
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 const (
@@ -58,9 +59,7 @@ func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: manager.Scheme()})
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
 // syncBuffer collects the logs of the hub and the agent; a failed test

@@ -56,6 +56,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
@@ -101,7 +102,9 @@ type Options struct {
 	Recorder   events.EventRecorder
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	Now        func() time.Time
+	// Clock stamps reports and times flushes and retries. Default: the
+	// wall clock.
+	Clock clock.Clock
 }
 
 // Owns reports whether a work uid is a task attempt's.
@@ -222,9 +225,7 @@ func New(opts Options) *Dispatcher {
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -531,7 +532,7 @@ func final(phase string) bool {
 // markDispatched records in p that its attempt was sent now.
 func (d *Dispatcher) markDispatched(p *pending) {
 	if !p.dispatched {
-		p.dispatched, p.since = true, time.Now()
+		p.dispatched, p.since = true, d.opts.Clock.Now()
 	}
 	p.finalizer = true
 }
@@ -698,7 +699,7 @@ func (d *Dispatcher) cleanup(ctx context.Context, t *batchv1.Task) (reconcile.Re
 	cancelledAt, cancelled := d.cancelled[t.UID]
 	ended := d.ended[t.UID] == work
 	d.mu.Unlock()
-	now := d.opts.Now()
+	now := d.opts.Clock.Now()
 	deadline := t.DeletionTimestamp.Add(d.opts.CleanupTimeout)
 
 	switch {
@@ -796,7 +797,7 @@ func (d *Dispatcher) runWriters(ctx context.Context) error {
 		d.wakeLocked(uid)
 	}
 	d.mu.Unlock()
-	sweep := time.NewTicker(latestTTL)
+	sweep := d.opts.Clock.NewTicker(latestTTL)
 	defer sweep.Stop()
 	for {
 		select {
@@ -809,7 +810,7 @@ func (d *Dispatcher) runWriters(ctx context.Context) error {
 					d.log.Warn("clean up deleted task", "task", key, "err", err)
 				}
 			}
-		case now := <-sweep.C:
+		case now := <-sweep.Chan():
 			d.mu.Lock()
 			for uid, w := range d.latest {
 				if now.Sub(w.at) > latestTTL {
@@ -836,7 +837,7 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 			d.mu.Unlock()
 			return
 		}
-		statusDue := len(p.reports) > 0 || (p.dispatched && time.Since(p.since) >= d.opts.FlushInterval)
+		statusDue := len(p.reports) > 0 || (p.dispatched && d.opts.Clock.Since(p.since) >= d.opts.FlushInterval)
 		d.mu.Unlock()
 		held := false
 		if statusDue {
@@ -866,7 +867,7 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 			select {
 			case <-ctx.Done():
 			case <-wake:
-			case <-time.After(wait):
+			case <-d.opts.Clock.After(wait):
 			}
 			continue
 		}
@@ -892,7 +893,7 @@ func (d *Dispatcher) writeTask(ctx context.Context, uid types.UID, wake chan str
 		// Try again after a pause, not at once.
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-d.opts.Clock.After(time.Second):
 		}
 	}
 }
@@ -905,7 +906,7 @@ func (d *Dispatcher) takeDue(uid types.UID) (take *pending, wait time.Duration) 
 		return &pending{}, 0
 	}
 	take = &pending{node: p.node, attempt: p.attempt}
-	elapsed := time.Since(p.since)
+	elapsed := d.opts.Clock.Since(p.since)
 	ready := elapsed >= d.opts.FlushInterval
 	if len(p.reports) > 0 || (p.dispatched && ready) {
 		take.dispatched, take.since, take.reports = p.dispatched, p.since, p.reports
@@ -958,7 +959,7 @@ func (d *Dispatcher) remember(t *batchv1.Task) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.sent[t.UID]; ok || d.queue[t.UID] != nil || d.writers[t.UID] != nil {
-		d.latest[t.UID] = written{task: t.DeepCopy(), at: time.Now()}
+		d.latest[t.UID] = written{task: t.DeepCopy(), at: d.opts.Clock.Now()}
 	}
 }
 
@@ -978,7 +979,7 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 		hub = h.HubName()
 	}
 	orig := t.DeepCopy()
-	if !applyReports(t, p, hub, d.opts.Now()) {
+	if !applyReports(t, p, hub, d.opts.Clock.Now()) {
 		return nil
 	}
 	patch, err := statusPatch(&orig.Status, &t.Status)
@@ -1000,7 +1001,7 @@ func (d *Dispatcher) writeStatus(ctx context.Context, uid types.UID, p *pending)
 			return err
 		}
 		orig := t.DeepCopy()
-		if !applyReports(t, p, hub, d.opts.Now()) {
+		if !applyReports(t, p, hub, d.opts.Clock.Now()) {
 			return nil
 		}
 		if err := d.opts.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -1106,7 +1107,7 @@ func (d *Dispatcher) finalize(ctx context.Context, uid types.UID, node string, a
 	d.log.Error("add the task's finalizer", "uid", uid, "node", node, "attempt", attempt, "err", err)
 	select {
 	case <-ctx.Done():
-	case <-time.After(time.Second):
+	case <-d.opts.Clock.After(time.Second):
 		d.enqueue(uid, node, attempt, func(p *pending) { p.finalizer = true })
 	}
 }

@@ -1,0 +1,9 @@
+package liveness_test
+
+import (
+	"testing"
+
+	"github.com/drover-fleet/drover/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
