@@ -6,11 +6,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -95,20 +97,46 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 			}
 			continue
 		}
-		switch status.Code(err) {
-		case codes.Unauthenticated:
-			return id, &FatalError{fmt.Errorf("register with hub %s: %s: start the agent again with a valid token "+
-				"(`drover token create`); a node that was waiting for approval keeps its place, its key is in %s",
-				hub, status.Convert(err).Message(), a.registrationKeyPath())}
-		case codes.PermissionDenied, codes.InvalidArgument:
-			return id, &FatalError{fmt.Errorf("register with hub %s: %s", hub, status.Convert(err).Message())}
+		if fatal := registerFatal(hub, err, a.registrationKeyPath()); fatal != nil {
+			return id, fatal
 		}
-		a.log.Warn("register failed; retrying", "hub", hub, "err", err, "retryIn", backoff)
-		if err := a.sleep(ctx, backoff); err != nil {
+		wait := registerWait(err, backoff)
+		a.log.Warn("register failed; retrying", "hub", hub, "err", err, "retryIn", wait)
+		// Jittered: a fleet refused at once (a hub's rate limit, a restart)
+		// does not come back at once.
+		if err := a.sleep(ctx, wait+rand.N(wait/2+1)); err != nil {
 			return id, err
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// registerFatal is the FatalError a refused registration ends the agent
+// with, or nil when asking again may work (the hub is unreachable, busy or
+// rate-limits registrations: ResourceExhausted).
+func registerFatal(hub string, err error, keyPath string) error {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return &FatalError{fmt.Errorf("register with hub %s: %s; start the agent again with a valid token; "+
+			"a node that was waiting for approval keeps its place, its key is in %s",
+			hub, status.Convert(err).Message(), keyPath)}
+	case codes.PermissionDenied, codes.InvalidArgument:
+		return &FatalError{fmt.Errorf("register with hub %s: %s", hub, status.Convert(err).Message())}
+	}
+	return nil
+}
+
+// registerWait is how long to wait before registering again after err:
+// backoff, or longer when the hub asked for longer (a RetryInfo on its
+// ResourceExhausted).
+func registerWait(err error, backoff time.Duration) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			// Capped: a hub's hint must not park an agent for long.
+			return min(max(backoff, ri.GetRetryDelay().AsDuration()), 5*time.Minute)
+		}
+	}
+	return backoff
 }
 
 // registrationKeyPath holds the node's key from its first Register until

@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"regexp"
@@ -30,7 +29,9 @@ const (
 
 var tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
 
-// Errors a registration can fail with. They are safe to show to the agent.
+// Errors a registration can fail with. ErrMalformed is safe to show to the
+// agent; the others are reasons for the operator's log, and an agent is
+// shown ErrNotValid for each of them (see Verifier.Verify).
 var (
 	ErrMalformed = errors.New("bootstrap token is malformed: want <6 chars>.<16 chars> of [a-z0-9]")
 	ErrUnknown   = errors.New("bootstrap token is unknown")
@@ -146,39 +147,4 @@ func Delete(ctx context.Context, c client.Client, ns, id string) error {
 		return fmt.Errorf("delete bootstrap token %s: %w", id, err)
 	}
 	return nil
-}
-
-// Verify looks token up in namespace ns and checks its secret and expiry at
-// now. Errors wrap ErrMalformed, ErrUnknown, ErrInvalid or ErrExpired; any
-// other error is the API's.
-func Verify(ctx context.Context, r client.Reader, ns, token string, now time.Time) (Token, error) {
-	id, secret, err := Parse(token)
-	if err != nil {
-		return Token{}, err
-	}
-	var s corev1.Secret
-	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretName(id)}, &s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return Token{}, fmt.Errorf("token %s: %w", id, ErrUnknown)
-		}
-		return Token{}, fmt.Errorf("look up bootstrap token %s: %w", id, err)
-	}
-	if s.Type != SecretType || string(s.Data[KeyID]) != id {
-		return Token{}, fmt.Errorf("token %s: %w", id, ErrUnknown)
-	}
-	if subtle.ConstantTimeCompare(s.Data[KeySecret], []byte(secret)) != 1 {
-		return Token{}, fmt.Errorf("token %s: %w", id, ErrInvalid)
-	}
-	tok := Token{ID: id, Secret: secret, AutoApprove: string(s.Data[KeyAutoApprove]) == "true", Description: string(s.Data[KeyDescription])}
-	if exp, ok := s.Data[KeyExpiration]; ok {
-		t, err := time.Parse(time.RFC3339, string(exp))
-		if err != nil {
-			return Token{}, fmt.Errorf("token %s: expiration %q is not RFC 3339: %w", id, exp, ErrInvalid)
-		}
-		tok.Expires = &t
-		if !now.Before(t) {
-			return Token{}, fmt.Errorf("token %s expired at %s: %w", id, t.UTC().Format(time.RFC3339), ErrExpired)
-		}
-	}
-	return tok, nil
 }

@@ -44,6 +44,8 @@ type componentOptions struct {
 	heartbeat        time.Duration
 	offlineTimeout   time.Duration
 	heartbeatRefresh time.Duration
+	registerRate     float64
+	registerRateSrc  float64
 	leaderElect      bool
 	gates            featuregate.MutableFeatureGate
 	mqtt             mqttOptions
@@ -65,6 +67,8 @@ func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.hubHosts, "hub-hosts", nil, "names and IPs for the hub's serving certificate (default: 127.0.0.1, localhost, host name)")
 	fs.DurationVar(&c.heartbeat, "heartbeat-interval", 30*time.Second, "heartbeat interval agents are told to use")
 	fs.DurationVar(&c.heartbeatRefresh, "heartbeat-refresh", 10*time.Minute, "how often a live node's coarse lastHeartbeatTime is written")
+	fs.Float64Var(&c.registerRate, "register-rate", 500, "Register calls per second the hub accepts from all sources (burst: twice that); negative: no limit")
+	fs.Float64Var(&c.registerRateSrc, "register-rate-per-source", 20, "Register calls per second the hub accepts from one IPv4 address or IPv6 /64 (burst: 50 at the default, else twice the rate); negative: no limit")
 	c.mqtt.addFlags(fs)
 }
 
@@ -142,8 +146,11 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 				HeartbeatInterval: c.heartbeat,
 				OfflineTimeout:    c.offlineTimeout,
 				HeartbeatRefresh:  c.heartbeatRefresh,
-				Logger:            log,
-				Registerer:        metrics.Registry,
+				RegisterRate:      c.registerRate,
+				// Per source, as a NAT address may hold many agents.
+				RegisterRatePerSource: c.registerRateSrc,
+				Logger:                log,
+				Registerer:            metrics.Registry,
 			},
 			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2),
 			Tasks:    true,

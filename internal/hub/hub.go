@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub/liveness"
 	"github.com/drover-fleet/drover/internal/pki"
@@ -72,6 +75,21 @@ type Options struct {
 	// Recorder records a FleetNode's transitions as Events (Connected,
 	// Disconnected, Offline). Default: none.
 	Recorder events.EventRecorder
+
+	// RegisterRate bounds Register calls per second over all sources, with
+	// RegisterBurst calls at once. Negative: no limit. Defaults: 500 and
+	// 1000, above the fleet's registration goal (about 100 nodes/s).
+	RegisterRate  float64
+	RegisterBurst int
+	// RegisterRatePerSource bounds Register calls per second from one
+	// source (an IPv4 address or IPv6 /64), with RegisterBurstPerSource at
+	// once. Many agents may share one NAT address. Negative: no limit.
+	// Defaults: 20 and 50.
+	RegisterRatePerSource  float64
+	RegisterBurstPerSource int
+	// TokenNegativeTTL is how long a bootstrap token id that does not exist
+	// is refused without reading the API again. Default: 10s.
+	TokenNegativeTTL time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -121,11 +139,39 @@ func (o *Options) defaults() error {
 	if o.CertificateValidity <= 0 {
 		o.CertificateValidity = 365 * 24 * time.Hour
 	}
+	o.RegisterRate, o.RegisterBurst = orLimit(o.RegisterRate, o.RegisterBurst, 500, 1000)
+	o.RegisterRatePerSource, o.RegisterBurstPerSource = orLimit(o.RegisterRatePerSource, o.RegisterBurstPerSource, 20, 50)
+	if o.TokenNegativeTTL <= 0 {
+		o.TokenNegativeTTL = bootstrap.DefaultNegativeTTL
+	}
 	o.Clock = clock.Or(o.Clock)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
+}
+
+// orLimit defaults a rate (0: def) and its burst (0: defBurst, or twice a
+// rate that is not the default; at least 1).
+func orLimit(r float64, burst int, def float64, defBurst int) (float64, int) {
+	if r == 0 {
+		r = def
+	}
+	if burst <= 0 {
+		burst = defBurst
+		if r != def {
+			burst = max(1, int(math.Ceil(2*r)))
+		}
+	}
+	return r, burst
+}
+
+// limit is r as rate.Limiter takes it: a negative rate is no limit.
+func limit(r float64) rate.Limit {
+	if r < 0 {
+		return rate.Inf
+	}
+	return rate.Limit(r)
 }
 
 // recvLimit is the largest message the hub's gRPC server decodes.
@@ -154,6 +200,10 @@ type Hub struct {
 	// MovedHub stays MovedHub).
 	wasReady map[string]metav1.Condition
 
+	// tokens checks bootstrap tokens; registers bounds Register calls.
+	tokens    *bootstrap.Verifier
+	registers *registerLimiter
+
 	ready chan struct{} // closed once listening
 	addr  net.Addr
 	ca    *pki.CA
@@ -175,6 +225,9 @@ type Hub struct {
 // New validates opts and returns a Hub that is not running yet, attached
 // to each of its features.
 func New(opts Options) (*Hub, error) {
+	// Without its own APIReader, the Client is the only reader: tokens are
+	// not looked up twice in it.
+	liveReader := opts.APIReader
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
@@ -204,6 +257,10 @@ func New(opts Options) (*Hub, error) {
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
 		wasReady: map[string]metav1.Condition{},
+		tokens: bootstrap.NewVerifier(bootstrap.VerifierOptions{Cached: opts.Client, Live: liveReader,
+			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),
+		registers: newRegisterLimiter(limit(opts.RegisterRate), opts.RegisterBurst,
+			limit(opts.RegisterRatePerSource), opts.RegisterBurstPerSource),
 	}
 	for _, f := range opts.Features {
 		f.Attach(link{h: h, f: f})

@@ -1,14 +1,17 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -29,8 +32,18 @@ const pendingRetry = 5 * time.Second
 
 // Register implements AgentHub. It creates the FleetNode on first contact and
 // signs the node's certificate once the node is approved.
+//
+// Anyone who reaches the hub may call it, so it is bounded before it does
+// anything else: calls per source and overall (ResourceExhausted with a
+// retry hint), then the node name's and the token's size and shape
+// (InvalidArgument, echoing at most a clipped prefix); only then is
+// anything logged or looked up.
 func (h *Hub) Register(ctx context.Context, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
-	resp, err := h.register(ctx, req)
+	if err := h.registerAllowed(ctx); err != nil {
+		h.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc()
+		return nil, err
+	}
+	resp, reason, err := h.register(ctx, req)
 	result := "approved"
 	switch {
 	case err != nil:
@@ -40,24 +53,82 @@ func (h *Hub) Register(ctx context.Context, req *agentv1.RegisterRequest) (*agen
 	}
 	h.metrics.registrations.WithLabelValues(result).Inc()
 	if err != nil {
-		h.log.Info("registration refused", "node", req.GetNode(), "reason", err.Error())
+		h.log.Info("registration refused", "node", clipped(req.GetNode()), "reason", cmp.Or(reason, status.Convert(err).Message()))
 	}
 	return resp, err
 }
 
-func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
+// registerAllowed takes one call from the caller's source and the overall
+// limit, or says when to come back.
+func (h *Hub) registerAllowed(ctx context.Context) error {
+	src := peerSource(ctx)
+	ok, perSource, retry := h.registers.allow(src, h.opts.Clock.Now())
+	if ok {
+		return nil
+	}
+	// Rounded up to whole seconds: agents wait at least that long, with
+	// their own jitter on top.
+	retry = max(time.Second, retry.Round(time.Second))
+	msg := fmt.Sprintf("too many registrations at this hub; retry in %v", retry)
+	if perSource {
+		msg = fmt.Sprintf("too many registrations from %s; retry in %v", src, retry)
+	}
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
+		st = d
+	}
+	// Debug only: a flood of refused calls must not flood the log either.
+	h.log.Debug("registration rate-limited", "source", src.String(), "perSource", perSource, "retry", retry)
+	return st.Err()
+}
+
+// clipped is a value from the wire as it may be logged: at most 64 bytes.
+func clipped(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
+
+// register does Register's work. reason, when set, is what the operator's
+// log says instead of the error's message (which an agent sees).
+func (h *Hub) register(ctx context.Context, req *agentv1.RegisterRequest) (_ *agentv1.RegisterResponse, reason string, _ error) {
+	resp, err := h.registerChecked(ctx, req)
+	var refused *tokenRefused
+	if errors.As(err, &refused) {
+		return nil, refused.reason, refused.st.Err()
+	}
+	return resp, "", err
+}
+
+// tokenRefused is a bad token: st for the agent (one message for every
+// bad token), reason for the operator's log.
+type tokenRefused struct {
+	st     *status.Status
+	reason string
+}
+
+func (e *tokenRefused) Error() string { return e.reason }
+
+func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
 	node := req.GetNode()
+	// ValidNodeName bounds the name and clips it in its message.
 	if err := protocol.ValidNodeName(node); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "node name %q: %v", node, err)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := validateInfo(req.GetInfo()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
 	now := h.opts.Clock.Now()
-	tok, err := bootstrap.Verify(ctx, h.opts.APIReader, h.opts.Namespace, req.GetBootstrapToken(), now)
+	tok, err := h.tokens.Verify(ctx, req.GetBootstrapToken(), now)
 	switch {
-	case errors.Is(err, bootstrap.ErrMalformed), errors.Is(err, bootstrap.ErrUnknown), errors.Is(err, bootstrap.ErrInvalid), errors.Is(err, bootstrap.ErrExpired):
-		return nil, status.Errorf(codes.Unauthenticated, "register node %s: %v", node, err)
+	case errors.Is(err, bootstrap.ErrMalformed):
+		return nil, status.Errorf(codes.InvalidArgument, "register node %s: %v", node, bootstrap.ErrMalformed)
+	case errors.Is(err, bootstrap.ErrNotValid):
+		// One answer for every bad token, so a caller cannot tell which
+		// ids exist; the log says which it was.
+		return nil, &tokenRefused{st: status.New(codes.Unauthenticated, bootstrap.ErrNotValid.Error()), reason: err.Error()}
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "register node %s: %v", node, err)
 	}
