@@ -92,9 +92,10 @@ func TestFleet(t *testing.T) {
 			name, token, want string
 		}{
 			{"malformed", "not-a-token", "malformed"},
-			{"unknown id", "zzzzzz.0123456789abcdef", "unknown"},
-			{"wrong secret", id + ".0000000000000000", "does not match"},
-			{"expired", expired, "expired"},
+			// One message for every bad token: it cannot tell ids apart.
+			{"unknown id", "zzzzzz.0123456789abcdef", "token is not valid"},
+			{"wrong secret", id + ".0000000000000000", "token is not valid"},
+			{"expired", expired, "token is not valid"},
 		}
 		for i, tt := range tests {
 			node := fmt.Sprintf("edge-badtoken-%d", i)
