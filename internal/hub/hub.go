@@ -88,7 +88,9 @@ type Options struct {
 	RegisterRatePerSource  float64
 	RegisterBurstPerSource int
 	// TokenNegativeTTL is how long a bootstrap token id that does not exist
-	// is refused without reading the API again. Default: 10s.
+	// is refused without reading the API again. Tokens are read through
+	// Client (a manager's informer cache) and, for one it does not hold
+	// yet, once through APIReader. Default: 10s.
 	TokenNegativeTTL time.Duration
 }
 

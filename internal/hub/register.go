@@ -68,7 +68,7 @@ func (h *Hub) registerAllowed(ctx context.Context) error {
 	}
 	// Rounded up to whole seconds: agents wait at least that long, with
 	// their own jitter on top.
-	retry = max(time.Second, retry.Round(time.Second))
+	retry = max(time.Second, (retry + time.Second - 1).Truncate(time.Second))
 	msg := fmt.Sprintf("too many registrations at this hub; retry in %v", retry)
 	if perSource {
 		msg = fmt.Sprintf("too many registrations from %s; retry in %v", src, retry)
