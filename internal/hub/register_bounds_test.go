@@ -14,12 +14,14 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/internal/testenv"
 )
 
 // tokenGets counts the reads of bootstrap token Secrets through it.
@@ -216,4 +218,53 @@ func TestRegisterIsRateLimitedPerSource(t *testing.T) {
 	// The overall burst of 8 went to the 3+1+3+1 calls let through (a
 	// refused call takes nothing), and its one refill to the call above.
 	limited("a new source past the overall burst", call("192.0.2.3"))
+}
+
+// TestTokensAreReadFromTheCache: as `drover hub` runs it, with a manager's
+// informer for Drover's Secrets as its Client, a token is found (a new one
+// through the API once, if the informer has not seen it yet) and a flood of
+// made-up tokens reads the API at most once per id.
+func TestTokensAreReadFromTheCache(t *testing.T) {
+	f := newFixture(t, "hub-register-cache")
+	e := testenv.Require(t, env)
+	informers, err := cache.New(e.Config, cache.Options{Scheme: f.c.Scheme(), ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}: {Namespaces: map[string]cache.Config{f.ns: {}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = informers.Start(ctx) }()
+	cached, err := client.New(e.Config, client.Options{Scheme: f.c.Scheme(), Cache: &client.CacheOptions{Reader: informers}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &tokenGets{Client: f.c}
+	h := f.registerHub(Options{Client: cached, APIReader: live})
+	_, csr, err := pki.NewKeyAndCSR("cached-token-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := bootstrap.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bootstrap.Create(ctx, f.c, f.ns, tok); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.Register(ctx, &agentv1.RegisterRequest{Node: "cached-token-node", BootstrapToken: tok.String(), Csr: csr, Info: &agentv1.NodeInfo{}})
+	if err != nil || r.GetResult() != agentv1.RegisterResponse_RESULT_PENDING {
+		t.Fatalf("a valid token just created: %v, %v; want pending", r, err)
+	}
+	before := live.n.Load()
+	for range 200 {
+		req := &agentv1.RegisterRequest{Node: "cached-token-node", BootstrapToken: "zzzzzz.0123456789abcdef", Info: &agentv1.NodeInfo{}}
+		if _, err := h.Register(ctx, req); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("an unknown token: %v, want Unauthenticated", err)
+		}
+	}
+	if n := live.n.Load() - before; n > 1 {
+		t.Errorf("200 calls with one unknown id read the API %d times, want at most once", n)
+	}
 }
