@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/drover-fleet/drover/internal/agent/cgroup"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol"
@@ -64,6 +65,9 @@ type Options struct {
 	// StopTasksGrace bounds the wait between SIGTERM and SIGKILL with
 	// StopTasksOnExit. Default 5s.
 	StopTasksGrace time.Duration
+	// Cgroups, when set, runs each task attempt in a cgroup of its own
+	// (taskexec.Options.Cgroups). Default nil: process groups only.
+	Cgroups *cgroup.Manager
 	// Runners run work items by type. "noop" is always available.
 	Runners map[string]Runner
 	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;

@@ -42,7 +42,7 @@ func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, erro
 	// items from its snapshots, and `drover logs` reads an ended attempt's
 	// logs until the retention period is over.
 	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Logger: log,
-		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Clock: a.opts.Clock})
+		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Clock: a.opts.Clock, Cgroups: a.opts.Cgroups})
 	if err != nil {
 		return taskSet{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/agent/cgroup"
 	"github.com/drover-fleet/drover/internal/agent/mqttclient"
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
@@ -32,6 +33,11 @@ var failAtStart = ""
 
 // Main parses args, runs the agent and returns the exit code.
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == cgroup.ShimArg {
+		// The agent re-executed itself to start a task inside its v1
+		// cgroups; on success this does not return.
+		return cgroup.RunShim(args[1:])
+	}
 	if failAtStart == "true" {
 		fmt.Fprintln(os.Stderr, "drover-agent: built with failAtStart (a test binary that cannot start)")
 		return 1
@@ -48,6 +54,8 @@ func Main(args []string) int {
 		transport string
 		mq        mqttclient.Options
 		retention time.Duration
+		cgroups   string
+		cgParent  string
 	)
 	host, _ := os.Hostname()
 	fs.StringVar(&o.Node, "node", strings.ToLower(host), "this machine's node name")
@@ -72,6 +80,11 @@ func Main(args []string) int {
 	fs.BoolVar(&o.StopTasksOnExit, "stop-tasks-on-exit", false,
 		"stop running task processes when the agent stops (SIGTERM, SIGKILL 5s later) and report them Failed, AgentStopped. "+
 			"Default: they run on and the agent takes them over when it starts again (restarts and upgrades keep the fleet's work)")
+	fs.StringVar(&cgroups, "cgroups", "auto",
+		"contain each task attempt in a cgroup of its own (memory and cpu limits from its resources; stopping it kills every process it started): "+
+			"auto (when the node has cgroup v1 or v2 and the agent may create cgroups; else process groups only), off, or required (refuse to start without)")
+	fs.StringVar(&cgParent, "cgroup-parent", "",
+		"cgroup under which task attempts' cgroups are created, as a path from each hierarchy's root (e.g. /drover); default: a drover child of the agent's own cgroup")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -99,6 +112,23 @@ func Main(args []string) int {
 		return 2
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	switch cgroups {
+	case "off":
+	case "auto", "required":
+		m, err := cgroup.New(cgroup.Options{Parent: cgParent, Logger: o.Logger})
+		switch {
+		case err == nil:
+			o.Cgroups = m
+		case cgroups == "required" || !errors.Is(err, cgroup.ErrUnavailable):
+			fmt.Fprintf(os.Stderr, "drover-agent: --cgroups %s: %v\n", cgroups, err)
+			return 2
+		default:
+			o.Logger.Warn("cgroups unavailable: task attempts run in process groups only, without resource limits (--cgroups=required refuses this)", "err", err)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "drover-agent: --cgroups %q: want auto, off or required\n", cgroups)
+		return 2
+	}
 	o.Version = Version
 	switch transport {
 	case "grpc":

@@ -24,3 +24,15 @@ func TestBadCapacityFlag(t *testing.T) {
 		}
 	}
 }
+
+// A bad --cgroups or --cgroup-parent is a usage error before anything runs.
+func TestBadCgroupFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--cgroups", "maybe"},
+		{"--cgroups", "required", "--cgroup-parent", "../../escape"},
+	} {
+		if code := Main(append(args, "--state-dir", t.TempDir())); code != 2 {
+			t.Errorf("Main(%q) = %d, want 2", args, code)
+		}
+	}
+}

@@ -24,6 +24,23 @@
 // group is killed: the group is the attempt's lifetime, so nothing it started
 // holds on to resources the scheduler believes free.
 //
+// # Cgroups
+//
+// With Options.Cgroups (package cgroup) each attempt also runs in a cgroup
+// of its own, named by its work id, created before it starts and entered
+// before its first instruction (clone into the cgroup on v2, the agent's
+// start shim on v1). The spec's MemoryBytes and CPUMillis (the task's
+// resources) are its memory limit and CPU quota. Wherever the group is
+// killed above, the cgroup is killed too: every process in it, whatever
+// group or session it moved to (setsid, double forks), when the command
+// ends, times out or is cancelled. An attempt over its memory limit is
+// OOM-killed by the kernel and ends Failed with reason
+// taskwire.ReasonOOMKilled and exit code 137, unless its command exited 0.
+// When the attempt has ended its cgroup is removed. Info.Cgroup holds the
+// cgroup's dirs, so that Adopt finds it again after a restart (even one
+// without cgroups). Without Options.Cgroups, process groups are all there
+// is: a process that leaves its group outlives its attempt.
+//
 // # Goroutines: one monitor for all processes
 //
 // The driver runs one goroutine, the monitor, whatever the number of
@@ -88,9 +105,10 @@
 //
 // Process groups do not leave a cgroup: under systemd, the agent's unit
 // needs KillMode=process (or mixed), or stopping the agent kills its tasks
-// and the next start reports them lost.
+// and the next start reports them lost. (The attempts' own cgroups are
+// children of the agent's by default, so the same holds for them.)
 //
 // # What not
 //
-// No resource limits (cgroups), no user switching, no stdin. Linux only.
+// No resource limits without cgroups, no user switching, no stdin. Linux only.
 package taskexec

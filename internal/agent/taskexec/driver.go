@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/drover-fleet/drover/internal/agent/cgroup"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
@@ -72,6 +73,9 @@ type Options struct {
 	Clock clock.Clock
 	// HTTPClient fetches artifacts. Default: a client with a 10 minute timeout.
 	HTTPClient *http.Client
+	// Cgroups, when set, contains each attempt in a cgroup of its own
+	// (see the package doc); nil keeps attempts in process groups only.
+	Cgroups *cgroup.Manager
 	// Logger for operators. Default: discard.
 	Logger *slog.Logger
 }
@@ -88,6 +92,9 @@ type Info struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// LogDir holds stdout.log and stderr.log.
 	LogDir string `json:"logDir"`
+	// Cgroup are the dirs of the attempt's cgroup (cgroup.Group.Dirs);
+	// none when the driver runs without cgroups.
+	Cgroup []string `json:"cgroup,omitempty"`
 }
 
 // Result is how an attempt ended: Phase one of taskwire.PhaseSucceeded,
@@ -168,6 +175,12 @@ func New(opts Options) (*Driver, error) {
 	}
 	// SIGCHLD tells the monitor a child changed state; a full channel
 	// coalesces signals, which is fine: the monitor checks every process.
+	if opts.Cgroups != nil {
+		d.log.Info("task containment: each attempt in its own cgroup, killed whole when it stops",
+			"cgroups", opts.Cgroups.Mode(), "parent", strings.Join(opts.Cgroups.Parents(), ","))
+	} else {
+		d.log.Info("task containment: process groups only (no cgroups): a task process that leaves its group outlives its attempt, and resources are not enforced")
+	}
 	signal.Notify(d.sig, syscall.SIGCHLD)
 	go d.monitor()
 	var gcCtx context.Context
@@ -418,13 +431,38 @@ func (p *Prepared) Start() (*Proc, error) {
 		// stopped from a terminal (SIGINT to the foreground group) leaves it.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	var cg *cgroup.Group
+	if m := d.opts.Cgroups; m != nil {
+		var err error
+		cg, err = m.Create(p.id, cgroup.Limits{MemoryBytes: p.spec.MemoryBytes, CPUMillis: p.spec.CPUMillis})
+		if err != nil {
+			return nil, &Error{Reason: taskwire.ReasonStartError, Err: fmt.Errorf("create the attempt's cgroup: %w", err)}
+		}
+	}
+	startErr := func(err error) (*Proc, error) {
+		if cg != nil {
+			if rerr := cg.Remove(); rerr != nil {
+				d.log.Warn("cannot remove the cgroup of a task that did not start", "id", p.id, "err", rerr)
+			}
+		}
+		return nil, &Error{Reason: taskwire.ReasonStartError, Err: err}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, &Error{Reason: taskwire.ReasonStartError, Err: errors.New("the driver is closed")}
+		return startErr(errors.New("the driver is closed"))
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, &Error{Reason: taskwire.ReasonStartError, Err: fmt.Errorf("start %s: %w", p.spec.Command[0], err)}
+	release := func() {}
+	if cg != nil {
+		var err error
+		if release, err = cg.Prepare(cmd); err != nil {
+			return startErr(err)
+		}
+	}
+	err := cmd.Start()
+	release()
+	if err != nil {
+		return startErr(fmt.Errorf("start %s: %w", p.spec.Command[0], err))
 	}
 	now := d.opts.Clock.Now()
 	pid := cmd.Process.Pid
@@ -437,10 +475,14 @@ func (p *Prepared) Start() (*Proc, error) {
 		d.log.Warn("cannot read the start time of a task process", "pid", pid, "err", err)
 	}
 	info := Info{PID: pid, StartTicks: st.startTicks, StartTime: now, LogDir: p.logDir}
+	if cg != nil {
+		info.Cgroup = cg.Dirs()
+	}
 	if p.spec.TimeoutSeconds > 0 {
 		info.Deadline = now.Add(time.Duration(p.spec.TimeoutSeconds) * time.Second)
 	}
 	proc := d.newProc(p.id, p.spec, info, true)
+	proc.cg = cg
 	d.procs[proc] = struct{}{}
 	p.started = true
 	d.kick()
@@ -455,8 +497,18 @@ func (d *Driver) Adopt(id string, spec *taskwire.Spec, info Info) *Proc {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	proc := d.newProc(id, spec, info, false)
+	if len(info.Cgroup) > 0 {
+		// Found from the dirs, not from the driver's manager: an agent
+		// restarted without cgroups still kills what the attempt left.
+		cg, err := cgroup.Open(info.Cgroup, d.log)
+		if err != nil {
+			d.log.Warn("cannot find the cgroup of a task again; its leftovers may outlive it", "id", id, "cgroup", info.Cgroup, "err", err)
+		}
+		proc.cg = cg
+	}
 	st, err := readStat(info.PID)
 	if err != nil || st.startTicks != info.StartTicks || info.PID <= 0 {
+		proc.endCgroup()
 		d.markEnded(id)
 		proc.finish(Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonLost, Report: proc.report(
 			"the agent restarted while the task ran; its result is unknown (its process is gone)", nil)})
@@ -481,7 +533,7 @@ func (d *Driver) newProc(id string, spec *taskwire.Spec, info Info, child bool) 
 	if spec.KillTimeoutSeconds > 0 {
 		kt = time.Duration(spec.KillTimeoutSeconds) * time.Second
 	}
-	return &Proc{d: d, id: id, info: info, child: child, pgid: info.PID, killTimeout: kt,
+	return &Proc{d: d, id: id, info: info, child: child, pgid: info.PID, killTimeout: kt, memory: spec.MemoryBytes,
 		timeout: time.Duration(spec.TimeoutSeconds) * time.Second, done: make(chan struct{})}
 }
 
@@ -501,8 +553,11 @@ type Proc struct {
 	pgid        int  // its group, which the signals go to
 	killTimeout time.Duration
 	timeout     time.Duration
+	cg          *cgroup.Group // the attempt's cgroup; nil without
+	memory      int64         // its memory limit, for the OOM message
 
 	// Owned by the monitor.
+	oom       bool      // the kernel OOM-killed a process of the cgroup
 	termAt    time.Time // SIGTERM sent
 	killed    bool      // SIGKILL sent
 	cause     string    // why it is being stopped: taskwire.ReasonTimeout or taskwire.ReasonCancelled

@@ -108,6 +108,7 @@ func (d *Driver) check(p *Proc, now time.Time) time.Time {
 		} else {
 			d.log.Info("task still running after SIGTERM; killing it", "id", p.id, "pid", p.info.PID, "killTimeout", p.killTimeout)
 			p.signal(syscall.SIGKILL)
+			p.killCgroup()
 			p.killed = true
 		}
 	}
@@ -152,6 +153,7 @@ func (p *Proc) ended() (Result, bool) {
 			// A zombie still holds its pid and group id: its group may be killed.
 			p.killLeftovers()
 		}
+		p.endCgroup()
 		return p.result(nil), true
 	}
 	var si unix.Siginfo
@@ -184,14 +186,43 @@ func (p *Proc) ended() (Result, bool) {
 		}
 		break
 	}
+	p.endCgroup()
 	return p.result(&ws), true
 }
 
-// killLeftovers kills what the command left in its group.
+// killLeftovers kills what the command left in its group and cgroup.
 func (p *Proc) killLeftovers() {
 	if p.pgid == p.info.PID {
 		_ = syscall.Kill(-p.pgid, syscall.SIGKILL) // ESRCH: nothing left
 	}
+	p.killCgroup()
+}
+
+// killCgroup kills every process in p's cgroup: those that left its
+// process group (setsid, double forks) too.
+func (p *Proc) killCgroup() {
+	if p.cg == nil {
+		return
+	}
+	if err := p.cg.Kill(); err != nil {
+		p.d.log.Warn("cannot kill everything in a task's cgroup", "id", p.id, "err", err)
+	}
+}
+
+// endCgroup, once p's process has ended, kills what is left in its cgroup,
+// learns whether the kernel OOM-killed in it, and removes it.
+func (p *Proc) endCgroup() {
+	if p.cg == nil {
+		return
+	}
+	p.killCgroup()
+	p.oom = p.cg.OOMKilled()
+	st := p.cg.Stats()
+	p.d.log.Debug("task cgroup usage", "id", p.id, "cpu", st.CPU, "memoryPeak", st.MemoryPeak, "oomKilled", p.oom)
+	if err := p.cg.Remove(); err != nil {
+		p.d.log.Warn("cannot remove a task's cgroup", "id", p.id, "err", err)
+	}
+	p.cg = nil
 }
 
 // result is how p ended; ws is nil when p is not a child (its status is
@@ -210,6 +241,14 @@ func (p *Proc) result(ws *syscall.WaitStatus) Result {
 		}
 		return Result{Phase: phase, Reason: p.cause, Report: p.report(
 			fmt.Sprintf("terminated (SIGTERM) after %s", what), code(taskwire.ExitSIGTERM))}
+	}
+	if p.oom && (ws == nil || !ws.Exited() || ws.ExitStatus() != 0) {
+		limit := "its memory limit"
+		if p.memory > 0 {
+			limit = fmt.Sprintf("its memory limit of %d bytes", p.memory)
+		}
+		return Result{Phase: taskwire.PhaseFailed, Reason: taskwire.ReasonOOMKilled, Report: p.report(
+			fmt.Sprintf("killed by the kernel (OOM): it went over %s", limit), code(taskwire.ExitSIGKILL))}
 	}
 	switch {
 	case ws == nil:

@@ -407,6 +407,12 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 		// become 0, which means none.
 		s.TimeoutSeconds = int64((t.Spec.Timeout.Duration + time.Second - 1) / time.Second)
 	}
+	if q, ok := t.Spec.Resources[corev1.ResourceMemory]; ok {
+		s.MemoryBytes = q.Value()
+	}
+	if q, ok := t.Spec.Resources[corev1.ResourceCPU]; ok {
+		s.CPUMillis = q.MilliValue()
+	}
 	if t.Spec.KillTimeout != nil {
 		s.KillTimeoutSeconds = int64((t.Spec.KillTimeout.Duration + time.Second - 1) / time.Second)
 	}

@@ -72,6 +72,9 @@ const (
 	ReasonArtifact   = "ArtifactError"
 	ReasonLost       = "AgentRestarted"
 	ReasonCancelled  = "Cancelled"
+	// ReasonOOMKilled: the attempt went over its memory limit and the
+	// kernel killed it (exit code 137).
+	ReasonOOMKilled = "OOMKilled"
 	// ReasonAgentStopped: the agent stopped the process as it stopped
 	// itself (drover-agent --stop-tasks-on-exit, as `drover up`'s local
 	// agents run).
@@ -108,6 +111,11 @@ type Spec struct {
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
 	// KillTimeoutSeconds between SIGTERM and SIGKILL; 0 means 10.
 	KillTimeoutSeconds int64 `json:"killTimeoutSeconds,omitempty"`
+	// MemoryBytes and CPUMillis are the task's resources (memory, cpu):
+	// an agent that contains attempts in cgroups enforces them as limits.
+	// 0 means none.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	CPUMillis   int64 `json:"cpuMillis,omitempty"`
 }
 
 // Report is the JSON in WorkStatus.Message.
@@ -190,6 +198,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.TimeoutSeconds < 0 || s.KillTimeoutSeconds < 0 || s.KillTimeoutSeconds > MaxKillTimout {
 		return bad("timeouts must be positive, killTimeout at most %ds", MaxKillTimout)
+	}
+	if s.MemoryBytes < 0 || s.CPUMillis < 0 {
+		return bad("resources must not be negative")
 	}
 	return nil
 }
