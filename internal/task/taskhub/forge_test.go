@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -347,9 +348,16 @@ func TestReportsAfterReschedule(t *testing.T) {
 	// the second, recording attempt 1.
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	running.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: second.name, Attempt: 2,
-		History: []batchv1.TaskAttempt{{Attempt: 1, Node: first.name, State: batchv1.TaskFailed, Reason: "NodeLost"}}}
-	if err := f.c.Status().Update(ctx, running); err != nil {
+	// The hub writes the task too (its finalizer): retry on a conflict, as
+	// the manager does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(running), running); err != nil {
+			return err
+		}
+		running.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: second.name, Attempt: 2,
+			History: []batchv1.TaskAttempt{{Attempt: 1, Node: first.name, State: batchv1.TaskFailed, Reason: "NodeLost"}}}
+		return f.c.Status().Update(ctx, running)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	next := taskwire.WorkID(string(task.UID), 2)

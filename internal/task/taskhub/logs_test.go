@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
@@ -394,9 +395,15 @@ func TestEarlierAttemptLogs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	first := done.Status
-	done.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: f.node, Attempt: 2,
-		History: []batchv1.TaskAttempt{{Attempt: 1, Node: f.node, State: first.State, Reason: first.Reason, ExitCode: first.ExitCode}}}
-	if err := f.c.Status().Update(ctx, done); err != nil {
+	// The hub may still be writing the ended task: retry on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(done), done); err != nil {
+			return err
+		}
+		done.Status = batchv1.TaskStatus{State: batchv1.TaskScheduled, Reason: batchv1.ReasonScheduled, NodeName: f.node, Attempt: 2,
+			History: []batchv1.TaskAttempt{{Attempt: 1, Node: f.node, State: first.State, Reason: first.Reason, ExitCode: first.ExitCode}}}
+		return f.c.Status().Update(ctx, done)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, waitTimeout, "attempt 2 completed", func(ctx context.Context) (bool, error) {

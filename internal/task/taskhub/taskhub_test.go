@@ -298,14 +298,19 @@ func TestShortTaskHasNoFinalizer(t *testing.T) {
 	f := start(t)
 	task := f.schedule("short", "true")
 	done := f.waitState(task, batchv1.TaskCompleted)
-	testenv.Never(t, testenv.ShortTimeout/5, "a finalizer on a task that ended", func(context.Context) (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
-		defer cancel()
+	// A task that ends within FlushInterval of its dispatch gets no
+	// finalizer write at all; on a busy machine it may end later and get
+	// one, which must then go: an ended task never holds its deletion.
+	// (How many writes a task costs is bench/tasks' business, not a test's.)
+	testenv.Eventually(t, waitTimeout, "no finalizer on a task that ended", func(ctx context.Context) (bool, error) {
 		var got batchv1.Task
 		if err := f.c.Get(ctx, client.ObjectKeyFromObject(done), &got); err != nil {
 			return false, err
 		}
-		return len(got.Finalizers) > 0, nil
+		if len(got.Finalizers) > 0 {
+			return false, fmt.Errorf("finalizers %v", got.Finalizers)
+		}
+		return true, nil
 	})
 }
 
