@@ -95,3 +95,15 @@ func (r runThen) Run() int {
 	defer r.teardown()
 	return r.m.Run()
 }
+
+// IgnorePahoBackoff ignores the goroutines the paho MQTT client leaves for
+// up to its reconnect backoff after Disconnect (a reconnect attempt asleep
+// in its backoff, and Disconnect's own waiter for it): they belong to the
+// library, end by themselves within a second or so, and nothing outside
+// paho can stop them sooner.
+func IgnorePahoBackoff() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/eclipse/paho%2emqtt%2egolang.(*backoffController).sleepWithBackoff"),
+		goleak.IgnoreTopFunction("github.com/eclipse/paho%2emqtt%2egolang.(*connectionStatus).Disconnecting"),
+	}
+}

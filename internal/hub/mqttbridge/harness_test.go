@@ -67,7 +67,7 @@ func TestMain(m *testing.M) {
 	}
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: s})
-	testkit.VerifyNoLeaksAfter(m, stop)
+	testkit.VerifyNoLeaksAfter(m, stop, testkit.IgnorePahoBackoff()...)
 }
 
 type syncBuffer struct {
