@@ -179,6 +179,16 @@ func TestOldCertificateOfARevokedAndReRegisteredNodeIsRefused(t *testing.T) {
 	if _, err := fresh.client(t, h.addr, false).SendMessage(cctx, protocol.NewHeartbeat(node)); err != nil {
 		t.Errorf("heartbeat of the new machine: %v", err)
 	}
+	// One stream per node: the registered key's new stream (a reconnect
+	// after a cut) replaces its old one.
+	if err := tryStream(t, fresh.client(t, h.addr, false)); err != nil {
+		t.Fatalf("a second stream with the registered key: %v", err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(waitTimeout):
+		t.Fatal("the registered key's new stream did not replace its old one")
+	}
 }
 
 // TestCertificateForAnotherKeyIsRefused: a certificate the CA signed for
