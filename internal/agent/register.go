@@ -39,7 +39,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 		if id.Node != a.opts.Node {
 			return id, &FatalError{fmt.Errorf("state dir %s belongs to node %q, not %q: use another --state-dir", a.opts.StateDir, id.Node, a.opts.Node)}
 		}
-		a.log.Info("resuming with saved identity", "hub", id.Hub)
+		a.log.Info("resuming with saved identity", "hub", id.Hub, "keySHA256", pki.CertPEMKeyFingerprint(id.CertPEM))
 		return id, nil
 	}
 	if a.opts.BootstrapToken == "" {

@@ -14,8 +14,10 @@ import (
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,6 +115,11 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			// Only Drover's own Secrets and Leases are ever read.
 			&corev1.Secret{}:        {Namespaces: map[string]cache.Config{c.namespace: {}}},
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{c.namespace: {}}},
+			// Hubs check the revocation list at every connect: only that
+			// ConfigMap is watched, and read without a copy (hub.revokedKey
+			// only reads it).
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{c.namespace: {}},
+				Field: fields.OneTermEqualSelector("metadata.name", hub.RevokedKeysName), UnsafeDisableDeepCopy: ptr.To(true)},
 		}},
 		HealthProbeBindAddress:  cmp.Or(c.healthAddr, "0"),
 		PprofBindAddress:        c.pprofAddr,

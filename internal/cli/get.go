@@ -18,7 +18,7 @@ import (
 )
 
 func newGetCommand(g *globalOptions) *cobra.Command {
-	var selector string
+	var selector, output string
 	var scope namespaceScope
 	cmd := &cobra.Command{
 		Use:   "get nodes|nodeupgradejobs|imageprepulljobs|fleetjobs|taskgroups|tasks [NAME...]",
@@ -31,6 +31,10 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 		Args:      cobra.MinimumNArgs(1),
 		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj", "fleetjobs", "taskgroups", "tasks"},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "wide" {
+				return fmt.Errorf("--output %q: only wide is known", output)
+			}
+			wide := output == "wide"
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -79,7 +83,7 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 					}
 				}
 				if len(nodes) > 0 {
-					printNodes(cmd.OutOrStdout(), nodes, time.Now())
+					printNodes(cmd.OutOrStdout(), nodes, time.Now(), wide)
 				}
 				return errors.Join(errs...)
 			}
@@ -91,27 +95,38 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), "No fleet nodes found.")
 				return nil
 			}
-			printNodes(cmd.OutOrStdout(), list.Items, time.Now())
+			printNodes(cmd.OutOrStdout(), list.Items, time.Now(), wide)
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. site=berlin,tier!=canary")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "wide: nodes with the SHA-256 of the key each registered with")
 	cmd.Flags().StringVarP(&scope.namespace, "namespace", "n", "", "namespace of fleetjobs, taskgroups and tasks"+namespaceFlagHelp)
 	cmd.Flags().BoolVarP(&scope.all, "all-namespaces", "A", false, "list fleetjobs, taskgroups or tasks in every namespace")
 	return cmd
 }
 
-func printNodes(w io.Writer, nodes []fleetv1.FleetNode, now time.Time) {
+// printNodes lists nodes; wide adds the SHA-256 of each one's registered
+// key, to compare with the fingerprint its agent logs.
+func printNodes(w io.Writer, nodes []fleetv1.FleetNode, now time.Time, wide bool) {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPHASE\tAPPROVED\tHUB\tVERSION\tLAST-HEARTBEAT\tAGE")
+	head := "NAME\tPHASE\tAPPROVED\tHUB\tVERSION\tLAST-HEARTBEAT\tAGE"
+	if wide {
+		head += "\tKEY-SHA256"
+	}
+	fmt.Fprintln(tw, head)
 	for _, n := range nodes {
 		hb := "<none>"
 		if n.Status.LastHeartbeatTime != nil {
 			hb = duration.HumanDuration(now.Sub(n.Status.LastHeartbeatTime.Time)) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%s\n", n.Name, orNone(string(n.Status.Phase)), n.Spec.Approved,
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%s", n.Name, orNone(string(n.Status.Phase)), n.Spec.Approved,
 			orNone(n.Status.Hub), orNone(n.Status.AgentVersion), hb, duration.HumanDuration(now.Sub(n.CreationTimestamp.Time)))
+		if wide {
+			fmt.Fprintf(tw, "\t%s", keyOf(&n))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

@@ -60,7 +60,7 @@ func TestStreamBatchesOnlyForAgentsThatNameTheFeature(t *testing.T) {
 			gate := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
-				done <- h.ServeSession(ctx, node, &agentv1.GetMessageRequest{Features: tc.features}, func(env *agentv1.Envelope) error {
+				done <- h.ServeSession(ctx, Peer{Node: node}, &agentv1.GetMessageRequest{Features: tc.features}, func(env *agentv1.Envelope) error {
 					select {
 					case sent <- env:
 					case <-ctx.Done():
@@ -124,7 +124,7 @@ func TestStreamBatchesOnlyForAgentsThatNameTheFeature(t *testing.T) {
 			}
 			// The agent's acks of what was sent settle everything.
 			for _, env := range append(envs, snap) {
-				if _, err := h.HandleMessage(ctx, node, protocol.NewAck(node, env.GetId())); err != nil {
+				if _, err := h.HandleMessage(ctx, Peer{Node: node}, protocol.NewAck(node, env.GetId())); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -38,7 +38,10 @@ import (
 type Options struct {
 	// Name identifies the hub in FleetNode status and its Lease. Default: the host name.
 	Name string
-	// Client reads and writes the API. Reads may be cached (a manager's client).
+	// Client reads and writes the API. Reads may be cached (a manager's
+	// client); the revocation list (RevokedKeysName) is read through it at
+	// every connect, so a cache should hold that one ConfigMap of Namespace
+	// (as `drover hub` restricts it).
 	Client client.Client
 	// APIReader reads uncached, for writes that must see the latest object. Default: Client.
 	APIReader client.Reader

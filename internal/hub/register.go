@@ -137,6 +137,9 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
+	if err := h.checkNotRevoked(ctx, node, key); err != nil {
+		return nil, err
+	}
 	fn, created, err := h.ensureNode(ctx, node, tok, key, req.GetInfo())
 	if err != nil {
 		return nil, err
@@ -178,7 +181,7 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 	if !fn.Spec.Approved {
 		return &agentv1.RegisterResponse{
 			Result:            agentv1.RegisterResponse_RESULT_PENDING,
-			Message:           fmt.Sprintf("node %s is waiting for approval: run `drover approve %s`", node, node),
+			Message:           fmt.Sprintf("node %s is waiting for approval: run `drover approve %s` (key sha256 %s)", node, node, key),
 			RetryAfterSeconds: uint32(pendingRetry / time.Second),
 		}, nil
 	}

@@ -21,6 +21,7 @@ import (
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/fleetnode"
 	hubsession "github.com/drover-fleet/drover/internal/hub/session"
+	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -30,6 +31,9 @@ import (
 // acks, snapshots, duplicates).
 type session struct {
 	node string
+	// key is the hex SHA-256 of the public key the stream was opened with
+	// (Peer.Key): calls of the node must come with the same one.
+	key string
 	// wake has room for one signal: an event that may give the stream
 	// something to do (a queued envelope, a snapshot, a close) leaves one,
 	// and the stream's goroutine asks the Machine what next.
@@ -47,9 +51,11 @@ type session struct {
 // revision the agent applied: the stream's revisions continue from it, so
 // that nothing sent before the first snapshot looks stale to the agent.
 // features are those the agent named.
-func newSession(node string, hubRev, agentRev uint64, features []string) *session {
+func newSession(p Peer, hubRev, agentRev uint64, features []string) *session {
+	node := p.Node
 	return &session{
 		node: node,
+		key:  p.Key,
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 		m: hubsession.New(hubsession.Config{
@@ -86,14 +92,14 @@ func (s *session) send(env *agentv1.Envelope) (err error) {
 	return err
 }
 
-// nodeFromPeer returns the node named by the verified client certificate.
-// Only chains rooted at Drover's CA count: the listener also accepts
-// certificates from the kube-apiserver's client CA, for operators, and
-// whoever can get one of those signed must not pass for a node.
-func (h *Hub) nodeFromPeer(ctx context.Context) (string, error) {
+// nodeFromPeer returns the node named by the verified client certificate,
+// and its key. Only chains rooted at Drover's CA count: the listener also
+// accepts certificates from the kube-apiserver's client CA, for operators,
+// and whoever can get one of those signed must not pass for a node.
+func (h *Hub) nodeFromPeer(ctx context.Context) (Peer, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", status.Error(codes.Unauthenticated, "no peer information")
+		return Peer{}, status.Error(codes.Unauthenticated, "no peer information")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	var chain []*x509.Certificate
@@ -106,7 +112,7 @@ func (h *Hub) nodeFromPeer(ctx context.Context) (string, error) {
 		}
 	}
 	if len(chain) == 0 {
-		return "", status.Error(codes.Unauthenticated, "a node client certificate signed by Drover's CA is required; register with a bootstrap token first")
+		return Peer{}, status.Error(codes.Unauthenticated, "a node client certificate signed by Drover's CA is required; register with a bootstrap token first")
 	}
 	cert := chain[0]
 	isNode := false
@@ -114,33 +120,35 @@ func (h *Hub) nodeFromPeer(ctx context.Context) (string, error) {
 		isNode = isNode || o == "drover:nodes"
 	}
 	if !isNode {
-		return "", status.Error(codes.PermissionDenied, "certificate is not a node certificate")
+		return Peer{}, status.Error(codes.PermissionDenied, "certificate is not a node certificate")
 	}
-	return cert.Subject.CommonName, nil
+	return Peer{Node: cert.Subject.CommonName, Key: pki.KeyFingerprint(cert)}, nil
 }
 
 // GetMessage implements AgentHub: the hub->agent stream.
 func (h *Hub) GetMessage(req *agentv1.GetMessageRequest, stream grpc.ServerStreamingServer[agentv1.Envelope]) error {
 	ctx := stream.Context()
-	node, err := h.nodeFromPeer(ctx)
+	p, err := h.nodeFromPeer(ctx)
 	if err != nil {
 		return err
 	}
-	return h.ServeSession(ctx, node, req, stream.Send)
+	return h.ServeSession(ctx, p, req, stream.Send)
 }
 
-// ServeSession runs node's session with this hub over any transport: it
-// checks the node may connect, marks it Online, and calls send with every
+// ServeSession runs node p's session with this hub over any transport: it
+// checks the node may connect (approved, not revoked, and p.Key the key
+// its FleetNode was registered with), marks it Online, and calls send with every
 // hub->agent envelope (a NodeConfiguration, a snapshot, then dispatches and
 // cancels) until ctx ends, send fails, or the session is closed (a newer
 // session of the node replaced it, the hub stops). The caller has
-// authenticated node. Errors are gRPC statuses; a refusal that retrying
+// authenticated p's certificate. Errors are gRPC statuses; a refusal that retrying
 // cannot fix is Unauthenticated or PermissionDenied.
 //
 // send is called from this goroutine only, in revision order. Envelopes are
 // settled by the agent's acks (HandleMessage); a transport that can lose
 // messages re-sends what is not acked (the agent drops duplicates).
-func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMessageRequest, send func(*agentv1.Envelope) error) error {
+func (h *Hub) ServeSession(ctx context.Context, p Peer, req *agentv1.GetMessageRequest, send func(*agentv1.Envelope) error) error {
+	node := p.Node
 	if err := validateInfo(req.GetInfo()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
@@ -157,6 +165,12 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	if !fn.Spec.Approved {
 		return status.Errorf(codes.PermissionDenied, "node %s is not approved: run `drover approve %s`", node, node)
 	}
+	// Before the stream replaces the node's open one: an old certificate
+	// must not take a session over from the machine that holds the name now.
+	if err := h.checkKey(ctx, &fn, p.Key); err != nil {
+		h.log.Info("stream refused", "node", node, "keySHA256", p.Key, "reason", status.Convert(err).Message())
+		return err
+	}
 
 	if !h.router.ready() {
 		return status.Errorf(codes.Unavailable, "hub %s is starting: the work it dispatches is still loading; reconnect shortly", h.opts.Name)
@@ -164,7 +178,7 @@ func (h *Hub) ServeSession(ctx context.Context, node string, req *agentv1.GetMes
 	if err := protocol.CheckFeatures(req.GetFeatures()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
-	s := newSession(node, req.GetLastRevision(), req.GetAgentRevision(), req.GetFeatures())
+	s := newSession(p, req.GetLastRevision(), req.GetAgentRevision(), req.GetFeatures())
 	now := h.opts.Clock.Now()
 	h.mu.Lock()
 	old := h.sessions[node]
@@ -367,17 +381,20 @@ func (h *Hub) Pending(node string) int {
 
 // SendMessage implements AgentHub: one agent->hub envelope.
 func (h *Hub) SendMessage(ctx context.Context, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
-	node, err := h.nodeFromPeer(ctx)
+	p, err := h.nodeFromPeer(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return h.HandleMessage(ctx, node, env)
+	return h.HandleMessage(ctx, p, env)
 }
 
-// HandleMessage handles one envelope from node, which the transport has
-// authenticated, over any transport. Errors are gRPC statuses:
+// HandleMessage handles one envelope from node p, which the transport has
+// authenticated, over any transport. It comes with the key of the node's
+// open stream, or is refused: the stream's key was checked when it opened,
+// so no API read is needed per message. Errors are gRPC statuses:
 // InvalidArgument means the envelope will never be accepted.
-func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
+func (h *Hub) HandleMessage(ctx context.Context, p Peer, env *agentv1.Envelope) (*agentv1.SendResponse, error) {
+	node := p.Node
 	if n := proto.Size(env); n > protocol.MaxEnvelopeBytes {
 		h.metrics.rejected.WithLabelValues("too-large").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "envelope %q is %d bytes, more than the protocol's %d: %v",
@@ -393,6 +410,12 @@ func (h *Hub) HandleMessage(ctx context.Context, node string, env *agentv1.Envel
 	}
 	h.mu.Lock()
 	s := h.sessions[node]
+	if s != nil && p.Key != "" && p.Key != s.key {
+		h.mu.Unlock()
+		h.metrics.rejected.WithLabelValues("wrong-key").Inc()
+		// The open stream's key passed checkKey: it is the registered one.
+		return nil, keyMismatch(node)
+	}
 	known, back := false, false
 	if s != nil {
 		// A call without a stream proves nothing about the node's session.

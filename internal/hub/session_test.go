@@ -22,7 +22,7 @@ const sendQueue = hubsession.DefaultQueueLimit
 // are tested in internal/hub/session from scripts.
 func bareHub(node string) (*Hub, *session) {
 	h := &Hub{opts: Options{Name: "bare"}, router: &router{}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil), sessions: map[string]*session{}}
-	s := newSession(node, 0, 0, nil)
+	s := newSession(Peer{Node: node}, 0, 0, nil)
 	h.sessions[node] = s
 	return h, s
 }
@@ -263,7 +263,7 @@ func (g *gatedWorks) WorkFor(ctx context.Context, _ string) ([]*agentv1.WorkItem
 func TestSnapshotShowsWhatWasSentWhileItWasBuilt(t *testing.T) {
 	const node, have = "n1", 10
 	h, _ := bareHub(node)
-	s := newSession(node, have, 0, nil) // the agent applied revision 10 before
+	s := newSession(Peer{Node: node}, have, 0, nil) // the agent applied revision 10 before
 	h.sessions[node] = s
 	listed := []*agentv1.WorkItem{{Uid: "kept", Type: "noop"}, {Uid: "cancelled", Type: "noop"}}
 	g := &gatedWorks{items: listed, entered: make(chan struct{}), release: make(chan struct{})}

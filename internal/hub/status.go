@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -284,8 +286,11 @@ func (h *Hub) renewLease(ctx context.Context) error {
 	return h.opts.Client.Update(ctx, &l)
 }
 
-// watchNodes closes the streams of nodes that were revoked, unapproved or
-// deleted since they connected, and claims the nodes of lost hubs.
+// watchNodes closes the streams of nodes that were revoked, unapproved,
+// deleted or registered again with another key since they connected (a
+// FleetNode deleted and created again between two passes is not seen
+// deleted), claims the nodes of lost hubs, and lists the keys of revoked
+// nodes in the revocation list.
 func (h *Hub) watchNodes(ctx context.Context) error {
 	t := h.opts.Clock.NewTicker(5 * time.Second)
 	defer t.Stop()
@@ -295,14 +300,22 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 			return nil
 		case <-t.Chan():
 		}
-		h.claimLostNodes(ctx)
+		var list fleetv1.FleetNodeList
+		if err := h.opts.Client.List(ctx, &list); err != nil {
+			if ctx.Err() == nil {
+				h.log.Error("list FleetNodes to claim those of lost hubs and list revoked keys; retrying", "err", err)
+			}
+		} else {
+			h.claimLostNodes(ctx, list.Items)
+			h.recordRevoked(ctx, list.Items)
+		}
 		h.mu.Lock()
-		names := make([]string, 0, len(h.sessions))
-		for n := range h.sessions {
-			names = append(names, n)
+		open := make(map[string]string, len(h.sessions)) // node -> its stream's key
+		for n, s := range h.sessions {
+			open[n] = s.key
 		}
 		h.mu.Unlock()
-		for _, name := range names {
+		for name, key := range open {
 			var n fleetv1.FleetNode
 			err := h.opts.Client.Get(ctx, client.ObjectKey{Name: name}, &n)
 			reason := ""
@@ -315,6 +328,10 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 				reason = "node " + name + " is revoked"
 			case !n.Spec.Approved:
 				reason = "node " + name + " is no longer approved"
+			default:
+				if err := h.checkKey(ctx, &n, key); status.Code(err) == codes.PermissionDenied {
+					reason = status.Convert(err).Message()
+				}
 			}
 			if reason == "" {
 				continue
@@ -340,17 +357,10 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 // makes it Offline after the offline timeout unless its agent connects,
 // here or at another hub. A hub without a Lease in this hub's namespace is
 // not taken for lost: it may serve another Drover, or be starting.
-func (h *Hub) claimLostNodes(ctx context.Context) {
-	var list fleetv1.FleetNodeList
-	if err := h.opts.Client.List(ctx, &list); err != nil {
-		if ctx.Err() == nil {
-			h.log.Error("list FleetNodes to claim those of lost hubs; retrying", "err", err)
-		}
-		return
-	}
+func (h *Hub) claimLostNodes(ctx context.Context, nodes []fleetv1.FleetNode) {
 	lost := map[string]bool{} // by hub name, for this pass
-	for i := range list.Items {
-		n := &list.Items[i]
+	for i := range nodes {
+		n := &nodes[i]
 		other := n.Status.Hub
 		if n.Spec.Revoked || n.Status.Phase != fleetv1.FleetNodeOnline || other == "" || other == h.opts.Name {
 			continue

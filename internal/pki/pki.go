@@ -178,8 +178,31 @@ func CSRKeyFingerprint(csrDER []byte) (string, error) {
 	if err := csr.CheckSignature(); err != nil {
 		return "", fmt.Errorf("certificate request signature: %w", err)
 	}
-	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
-	return hex.EncodeToString(sum[:]), nil
+	return keyFingerprint(csr.RawSubjectPublicKeyInfo), nil
+}
+
+// KeyFingerprint is the hex SHA-256 of a certificate's public key, the same
+// as CSRKeyFingerprint of the request it was signed for: what hubs compare
+// with the key a node registered with, and what a revocation lists. It
+// names the key, not the certificate, so every certificate signed for a
+// key shares it.
+func KeyFingerprint(cert *x509.Certificate) string {
+	return keyFingerprint(cert.RawSubjectPublicKeyInfo)
+}
+
+// CertPEMKeyFingerprint is KeyFingerprint of a PEM certificate, or "" when
+// it does not parse (for log lines).
+func CertPEMKeyFingerprint(certPEM []byte) string {
+	c, err := ParseCert(certPEM)
+	if err != nil {
+		return ""
+	}
+	return KeyFingerprint(c)
+}
+
+func keyFingerprint(spki []byte) string {
+	sum := sha256.Sum256(spki)
+	return hex.EncodeToString(sum[:])
 }
 
 // EncodeCert PEM-encodes a DER certificate.

@@ -66,3 +66,46 @@ func TestParseCARoundTrip(t *testing.T) {
 		t.Error("ParseCA(non-CA certificate) = nil, want error")
 	}
 }
+
+// TestKeyFingerprintMatchesTheRequest: the key hash a hub records at
+// registration (from the request) is the one it finds in every certificate
+// signed for that key, and another key's certificate differs.
+func TestKeyFingerprintMatchesTheRequest(t *testing.T) {
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	ca, err := NewCA("drover-ca", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, csr, err := NewKeyAndCSR("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := CSRKeyFingerprint(csr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := ca.SignClientCSR(csr, "node-a", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := KeyFingerprint(cert); got != want {
+		t.Errorf("KeyFingerprint(certificate) = %s, want the request's %s", got, want)
+	}
+	if got := CertPEMKeyFingerprint(EncodeCert(der)); got != want {
+		t.Errorf("CertPEMKeyFingerprint = %s, want %s", got, want)
+	}
+	if got := CertPEMKeyFingerprint([]byte("garbage")); got != "" {
+		t.Errorf("CertPEMKeyFingerprint(garbage) = %q, want empty", got)
+	}
+	_, other, err := NewKeyAndCSR("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fp, _ := CSRKeyFingerprint(other); fp == want {
+		t.Error("two keys share a fingerprint")
+	}
+}

@@ -155,7 +155,8 @@ func (b *Bridge) Start(ctx context.Context) error {
 	}
 	b.url = b.opts.Broker
 	if b.opts.Listen != "" {
-		br, err := broker.Start(broker.Options{Address: b.opts.Listen, CA: ca, ServingHosts: b.opts.ServingHosts, Layout: b.layout, Logger: b.log})
+		br, err := broker.Start(broker.Options{Address: b.opts.Listen, CA: ca, ServingHosts: b.opts.ServingHosts, Layout: b.layout, Logger: b.log,
+			Admit: b.hub.AdmitKey})
 		if err != nil {
 			return err
 		}
@@ -374,10 +375,16 @@ func (b *Bridge) register(ctx context.Context, n *node, payload []byte) {
 		b.respond(n.name, topics.Response{Session: r.Session, Code: uint32(codes.InvalidArgument), Error: "malformed hello: " + err.Error()})
 		return
 	}
+	p, err := b.peer(n.name)
+	if err != nil {
+		st := status.Convert(err)
+		b.respond(n.name, topics.Response{Session: r.Session, Code: uint32(st.Code()), Error: st.Message()})
+		return
+	}
 	if cur != nil {
 		cur.cancel()
 	}
-	s := newSession(ctx, b, n.name, r.Session)
+	s := newSession(ctx, b, p, r.Session)
 	n.mu.Lock()
 	n.sess = s
 	n.mu.Unlock()
@@ -443,7 +450,10 @@ func (b *Bridge) answer(ctx context.Context, n *node, env *agentv1.Envelope) {
 		// The broker's ACL makes the topic's node the publisher's identity.
 		err = status.Errorf(codes.PermissionDenied, "node %s may not send as node %s", n.name, env.GetNode())
 	} else {
-		resp, err = b.hub.HandleMessage(ctx, n.name, env)
+		var p hub.Peer
+		if p, err = b.peer(n.name); err == nil {
+			resp, err = b.hub.HandleMessage(ctx, p, env)
+		}
 	}
 	if err == nil && env.GetKind() == agentv1.Kind_KIND_ACK {
 		n.mu.Lock()
@@ -469,6 +479,22 @@ func (b *Bridge) answer(ctx context.Context, n *node, env *agentv1.Envelope) {
 		r.Code, r.Error = uint32(st.Code()), st.Message()
 	}
 	b.respond(n.name, r)
+}
+
+// peer is node as the broker authenticated it: with the key of the
+// certificate its agent is connected with to the embedded broker (the hub
+// checks it as it checks a gRPC stream's). An external broker hands the
+// bridge no certificates: the key is unknown, and revocation there is the
+// broker's to enforce.
+func (b *Bridge) peer(node string) (hub.Peer, error) {
+	if b.broker == nil {
+		return hub.Peer{Node: node}, nil
+	}
+	key, ok := b.broker.NodeKey(node)
+	if !ok {
+		return hub.Peer{}, status.Errorf(codes.Unavailable, "node %s is not connected to the broker any more; connect again", node)
+	}
+	return hub.Peer{Node: node, Key: key}, nil
 }
 
 // publishTimeout bounds waiting for the broker to take one publish.

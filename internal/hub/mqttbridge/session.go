@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
@@ -27,7 +28,8 @@ const maxUnacked = 4096
 type session struct {
 	b    *Bridge
 	node string
-	id   string // the agent's connection, from its hello
+	peer hub.Peer // node, with the key of its connection when the session opened
+	id   string   // the agent's connection, from its hello
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -51,8 +53,8 @@ type outgoing struct {
 	every time.Duration
 }
 
-func newSession(ctx context.Context, b *Bridge, node, id string) *session {
-	s := &session{b: b, node: node, id: id, over: make(chan struct{}), unacked: map[string]*outgoing{}, lastSeen: b.opts.Clock.Now()}
+func newSession(ctx context.Context, b *Bridge, p hub.Peer, id string) *session {
+	s := &session{b: b, node: p.Node, peer: p, id: id, over: make(chan struct{}), unacked: map[string]*outgoing{}, lastSeen: b.opts.Clock.Now()}
 	s.ctx, s.end = context.WithCancelCause(ctx)
 	s.cancel = func() { s.end(nil) }
 	return s
@@ -82,7 +84,7 @@ func (s *session) run(req *agentv1.GetMessageRequest) {
 	go s.resend()
 	log := s.b.log.With("node", s.node, "session", s.id)
 	log.Debug("agent session starts")
-	err := s.b.hub.ServeSession(s.ctx, s.node, req, s.send)
+	err := s.b.hub.ServeSession(s.ctx, s.peer, req, s.send)
 	if s.ctx.Err() != nil {
 		// Ended by the bridge: a cancel (the agent is gone or said hello
 		// again, the bridge stops) needs no word; a status must reach the

@@ -1,6 +1,7 @@
 // Package broker is the MQTT broker a hub embeds (mochi-mqtt): a TLS
-// listener that admits only clients with a certificate from Drover's CA, and
-// the topic rule of package topics for each of them.
+// listener that admits only clients with a certificate from Drover's CA
+// whose key the hub admits (Options.Admit), and the topic rule of package
+// topics for each of them.
 package broker
 
 import (
@@ -16,6 +17,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +44,18 @@ type Options struct {
 	Layout topics.Layout
 	// Logger for operators. Default: discard.
 	Logger *slog.Logger
+	// Admit, when set, is asked at every connect of a node whether its
+	// certificate's key (hex SHA-256, pki.KeyFingerprint) may connect as
+	// the node: a hub's Hub.AdmitKey refuses revoked keys and keys the
+	// node's FleetNode was not registered with. The certificate alone
+	// proves only that the CA once signed it. Default: any certificate of
+	// Drover's CA is admitted.
+	Admit func(ctx context.Context, node, key string) error
 }
+
+// admitTimeout bounds one Admit call; a connect that cannot be decided is
+// refused (the client connects again).
+const admitTimeout = 10 * time.Second
 
 // Broker is a running embedded broker.
 type Broker struct {
@@ -51,6 +64,19 @@ type Broker struct {
 	log  *slog.Logger
 	// refused counts connections and ACL checks the broker refused.
 	refused atomic.Int64
+
+	// keysMu guards keys: by client id, the client last admitted with it
+	// and its certificate's key. mochi's own client map can lose a client
+	// that took an id over (the old one's cleanup may delete the id after
+	// the new one is added), so NodeKey does not rely on it.
+	keysMu sync.Mutex
+	keys   map[string]admitted
+}
+
+// admitted is a client the auth hook admitted.
+type admitted struct {
+	cl  *mqtt.Client
+	key string
 }
 
 // Start listens and serves in the background until Close.
@@ -91,8 +117,8 @@ func Start(opts Options) (*Broker, error) {
 	// messages in the broker.
 	caps.RetainAvailable = 0
 	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: slog.New(quiet{opts.Logger.Handler()})})
-	b := &Broker{srv: srv, log: opts.Logger}
-	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout}, nil); err != nil {
+	b := &Broker{srv: srv, log: opts.Logger, keys: map[string]admitted{}}
+	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout, admit: opts.Admit}, nil); err != nil {
 		return nil, fmt.Errorf("mqtt broker: %w", err)
 	}
 	l := listeners.NewTCP(listeners.Config{ID: "drover-tls", Address: opts.Address, TLSConfig: &tls.Config{
@@ -126,6 +152,20 @@ func (b *Broker) URL() string {
 	return "ssl://" + net.JoinHostPort(host, port)
 }
 
+// NodeKey is the key (hex SHA-256 of the public key) of the certificate
+// node's agent is connected with, if it is connected. A node has one
+// connection at most: its client id is fixed (topics.AgentClientID), and
+// a new connection with it replaces the old one.
+func (b *Broker) NodeKey(node string) (string, bool) {
+	b.keysMu.Lock()
+	a, ok := b.keys[topics.AgentClientID(node)]
+	b.keysMu.Unlock()
+	if !ok || a.cl.Closed() {
+		return "", false
+	}
+	return a.key, true
+}
+
 // Refused is how many connections and topic accesses the broker refused.
 func (b *Broker) Refused() int64 { return b.refused.Load() }
 
@@ -142,19 +182,31 @@ func (b *Broker) Run(ctx context.Context) error {
 type identity struct {
 	user string
 	hub  bool
+	key  string // pki.KeyFingerprint of the certificate
 }
 
 // peerIdentity reads the verified client certificate of cl's connection.
 func (h *authHook) peerIdentity(cl *mqtt.Client) (identity, error) {
+	c, err := peerCert(cl)
+	if err != nil {
+		return identity{}, err
+	}
+	id, err := certIdentity(c, h.layout)
+	id.key = pki.KeyFingerprint(c)
+	return id, err
+}
+
+// peerCert is the verified client certificate of cl's connection.
+func peerCert(cl *mqtt.Client) (*x509.Certificate, error) {
 	tc, ok := cl.Net.Conn.(*tls.Conn)
 	if !ok {
-		return identity{}, errors.New("not a TLS connection")
+		return nil, errors.New("not a TLS connection")
 	}
 	st := tc.ConnectionState()
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		return identity{}, errors.New("no verified client certificate")
+		return nil, errors.New("no verified client certificate")
 	}
-	return certIdentity(st.VerifiedChains[0][0], h.layout)
+	return st.VerifiedChains[0][0], nil
 }
 
 // certIdentity: a hub is the hub of l's prefix (l.HubCN), as in the
@@ -174,12 +226,13 @@ type authHook struct {
 	mqtt.HookBase
 	b      *Broker
 	layout topics.Layout
+	admit  func(ctx context.Context, node, key string) error
 }
 
 func (h *authHook) ID() string { return "drover-auth" }
 
 func (h *authHook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect}, []byte{b})
 }
 
 // OnConnectAuthenticate admits a client with a node or hub certificate. The
@@ -200,13 +253,33 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	if err == nil && pk.Connect.WillFlag && !h.layout.Allowed(id.user, id.hub, topics.Publish, pk.Connect.WillTopic) {
 		err = fmt.Errorf("will topic %q is not the client's", pk.Connect.WillTopic)
 	}
+	if err == nil && !id.hub && h.admit != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
+		err = h.admit(ctx, id.user, id.key)
+		cancel()
+	}
 	if err != nil {
 		h.b.refused.Add(1)
-		h.b.log.Warn("mqtt connection refused", "remote", cl.Net.Remote, "client", cl.ID, "err", err)
+		h.b.log.Warn("mqtt connection refused", "remote", cl.Net.Remote, "client", cl.ID, "keySHA256", id.key, "err", err)
 		return false
 	}
 	cl.Properties.Username = []byte(id.user)
+	if !id.hub {
+		h.b.keysMu.Lock()
+		h.b.keys[cl.ID] = admitted{cl: cl, key: id.key}
+		h.b.keysMu.Unlock()
+	}
 	return true
+}
+
+// OnDisconnect forgets a node client's key, unless a newer connection
+// took its id over.
+func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.b.keysMu.Lock()
+	defer h.b.keysMu.Unlock()
+	if a, ok := h.b.keys[cl.ID]; ok && a.cl == cl {
+		delete(h.b.keys, cl.ID)
+	}
 }
 
 // OnACLCheck applies the topic rule to a publish (write) or to a

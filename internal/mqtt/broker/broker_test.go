@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,5 +248,61 @@ func TestQuietRewritesBareConnectionWarnings(t *testing.T) {
 	log.Info("client connected")
 	if buf.Len() != 0 {
 		t.Errorf("info is lowered to debug: got %q", buf.String())
+	}
+}
+
+// TestBrokerAdmitsOnlyKeysTheHubAdmits: a node certificate from Drover's
+// CA connects only if Admit accepts its key (a revoked key, or the old key
+// of a node registered again, is refused); hubs are not asked; NodeKey
+// names the key of the node's connection.
+func TestBrokerAdmitsOnlyKeysTheHubAdmits(t *testing.T) {
+	ca := newCA(t)
+	l, _ := topics.New("")
+	good := clientTLS(t, ca, ca, "n1", topics.NodeOrganization)
+	goodCert, err := x509.ParseCertificate(good.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodKey := pki.KeyFingerprint(goodCert)
+	var mu sync.Mutex
+	var asked []string
+	b, err := Start(Options{Address: "127.0.0.1:0", CA: ca, ServingHosts: []string{"127.0.0.1"}, Layout: l,
+		Admit: func(_ context.Context, node, key string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, node)
+			if node == "n1" && key == goodKey {
+				return nil
+			}
+			return errors.New("certificate key does not match the key node n1 registered with")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := connect(t, b.URL(), topics.AgentClientID("n1"), clientTLS(t, ca, ca, "n1", topics.NodeOrganization), ""); err == nil {
+		t.Error("a certificate for another key of n1 was admitted")
+	}
+	if err := connect(t, b.URL(), topics.HubClientID("h1"), clientTLS(t, ca, ca, l.HubCN(), topics.HubOrganization), ""); err != nil {
+		t.Errorf("the hub: %v", err)
+	}
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(topics.AgentClientID("n1")).SetTLSConfig(good).
+		SetAutoReconnect(false).SetConnectTimeout(waitTimeout))
+	if tok := c.Connect(); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+		t.Fatalf("n1 with its registered key: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	if key, ok := b.NodeKey("n1"); !ok || key != goodKey {
+		t.Errorf("NodeKey(n1) = %q, %v; want %q", key, ok, goodKey)
+	}
+	if _, ok := b.NodeKey("n2"); ok {
+		t.Error("NodeKey(n2) found a connection")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// paho tries a refused connect again with MQTT 3.1: n1 is asked more
+	// than twice; the hub never.
+	if len(asked) < 2 || slices.ContainsFunc(asked, func(n string) bool { return n != "n1" }) {
+		t.Errorf("Admit asked for %v, want n1 only (no hub), at least twice", asked)
 	}
 }
