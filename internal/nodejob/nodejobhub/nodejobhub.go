@@ -25,24 +25,17 @@ package nodejobhub
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,7 +47,6 @@ import (
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
-	"github.com/drover-fleet/drover/internal/nodejob"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
@@ -448,133 +440,6 @@ func (e *Executor) getJob(ctx context.Context, ref opsv1.JobReference) (opsv1.No
 	return j, nil
 }
 
-func checks(x opsv1.JobExecution) nodejobwire.Checks {
-	c := nodejobwire.Checks{}
-	for _, it := range x.CheckItems {
-		c.Items = append(c.Items, string(it))
-	}
-	if t := x.CheckThresholds; t != nil {
-		if t.CPUPercent != nil {
-			c.CPUPercent = int(*t.CPUPercent)
-		}
-		if t.MemPercent != nil {
-			c.MemPercent = int(*t.MemPercent)
-		}
-		if t.DiskPercent != nil {
-			c.DiskPercent = int(*t.DiskPercent)
-		}
-	}
-	return c
-}
-
-// jobItem builds the item every node of job holds.
-func (e *Executor) jobItem(ctx context.Context, job opsv1.NodeJob) (*agentv1.WorkItem, error) {
-	uid := string(job.GetUID())
-	switch j := job.(type) {
-	case *opsv1.NodeUpgradeJob:
-		a := j.Spec.Artifact
-		var auth map[string]nodejobwire.Credential
-		if a.Image != "" {
-			var err error
-			if auth, err = e.credentials(ctx, a.ImageSecretRef, []string{a.Image}); err != nil {
-				return nil, fmt.Errorf("artifact: %w", err)
-			}
-		}
-		spec, _ := json.Marshal(nodejobwire.UpgradeSpec{Job: j.Name, Version: j.Spec.Version, URL: a.URL, Image: a.Image, SHA256: a.SHA256, Auth: auth,
-			RequireConfirmation: j.Spec.RequireConfirmation, TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
-		return &agentv1.WorkItem{Uid: uid, Type: nodejobwire.TypeUpgrade, Spec: spec}, nil
-	case *opsv1.ImagePrePullJob:
-		auth, err := e.credentials(ctx, j.Spec.ImageSecretRef, j.Spec.Images)
-		if err != nil {
-			return nil, err
-		}
-		spec, _ := json.Marshal(nodejobwire.PrePullSpec{Job: j.Name, Images: j.Spec.Images, Auth: auth, RetryTimes: int(j.Spec.RetryTimes),
-			TimeoutSeconds: int(j.Spec.TimeoutSeconds), Checks: checks(j.Spec.JobExecution)})
-		return &agentv1.WorkItem{Uid: uid, Type: nodejobwire.TypePrePull, Spec: spec}, nil
-	}
-	return nil, fmt.Errorf("unknown node job kind %T", job)
-}
-
-// itemsFor is what node holds of job: the job's item, and the confirmation
-// once an upgrade that needs one is confirmed for node.
-func itemsFor(job opsv1.NodeJob, base *agentv1.WorkItem, node string) []*agentv1.WorkItem {
-	items := []*agentv1.WorkItem{base}
-	if j, ok := job.(*opsv1.NodeUpgradeJob); ok && j.Spec.RequireConfirmation {
-		confirmed := false
-		if c := j.Spec.Confirmed; c != nil {
-			confirmed = c.All || slices.Contains(c.NodeNames, node)
-		}
-		if confirmed {
-			items = append(items, &agentv1.WorkItem{Uid: nodejobwire.ConfirmUID(string(j.GetUID())), Type: nodejobwire.TypeConfirm, Spec: []byte("{}")})
-		}
-	}
-	return items
-}
-
-// credentials reads a dockerconfigjson Secret and keeps only the
-// registries images are on.
-func (e *Executor) credentials(ctx context.Context, ref *corev1.SecretReference, images []string) (map[string]nodejobwire.Credential, error) {
-	if ref == nil {
-		return nil, nil
-	}
-	var s corev1.Secret
-	if err := e.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
-		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	all, err := parseDockerConfig(s.Data[corev1.DockerConfigJsonKey])
-	if err != nil {
-		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	out := map[string]nodejobwire.Credential{}
-	for _, im := range images {
-		r, err := name.ParseReference(im)
-		if err != nil {
-			continue
-		}
-		reg := r.Context().RegistryStr()
-		if c, ok := all[reg]; ok {
-			out[reg] = c
-		}
-	}
-	return out, nil
-}
-
-// parseDockerConfig reads a .dockerconfigjson into registry → credential.
-func parseDockerConfig(b []byte) (map[string]nodejobwire.Credential, error) {
-	var cfg struct {
-		Auths map[string]struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-			Auth     string `json:"auth"`
-		} `json:"auths"`
-	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return nil, fmt.Errorf("not a .dockerconfigjson: %w", err)
-	}
-	out := map[string]nodejobwire.Credential{}
-	for host, a := range cfg.Auths {
-		c := nodejobwire.Credential{Username: a.Username, Password: a.Password}
-		if a.Auth != "" && c.Username == "" {
-			raw, err := base64.StdEncoding.DecodeString(a.Auth)
-			if err != nil {
-				return nil, fmt.Errorf("auth of %s is not base64", host)
-			}
-			c.Username, c.Password, _ = strings.Cut(string(raw), ":")
-		}
-		out[normalizeRegistry(host)] = c
-	}
-	return out, nil
-}
-
-func normalizeRegistry(h string) string {
-	h = strings.TrimPrefix(strings.TrimPrefix(h, "https://"), "http://")
-	h, _, _ = strings.Cut(h, "/")
-	if h == "docker.io" || h == "registry-1.docker.io" {
-		return name.DefaultRegistry
-	}
-	return h
-}
-
 // Ready implements hub.Readier: the node jobs have loaded.
 func (e *Executor) Ready() bool { return e.synced.Load() }
 
@@ -646,167 +511,4 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	case e.kick <- struct{}{}:
 	default:
 	}
-}
-
-// writeLoop writes queued reports, one write per slice per flush.
-func (e *Executor) writeLoop(ctx context.Context) error {
-	var held <-chan time.Time // fires when the earliest held report is due
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-e.kick:
-		case <-held:
-		}
-		// Gather what else arrives meanwhile into the same writes.
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-e.opts.Clock.After(e.opts.FlushInterval):
-		}
-		held = nil
-		if next := e.flush(ctx); !next.IsZero() {
-			held = e.opts.Clock.After(max(next.Sub(e.opts.Clock.Now()), 0))
-		}
-	}
-}
-
-// due is when a node's queued reports rs must be written at the latest.
-// Held reports must reach the slice well before the manager would time the
-// node out (ref.since + timeout).
-func (e *Executor) due(job jobRef, ref nodeRef, rs []report) time.Time {
-	if urgent(rs) || ref.since.IsZero() {
-		return time.Time{}
-	}
-	d := rs[0].at.Add(e.opts.HoldInterval)
-	if t := ref.since.Add(job.timeout / 2); t.Before(d) {
-		d = t
-	}
-	return d
-}
-
-// flush writes the queued reports that are due and returns when the
-// earliest held one will be (zero: none held).
-func (e *Executor) flush(ctx context.Context) (next time.Time) {
-	now := e.opts.Clock.Now()
-	e.mu.Lock()
-	batches := map[string]map[string][]report{} // slice → node → reports
-	for uid, nodes := range e.queue {
-		job := e.jobs[uid]
-		for node, rs := range nodes {
-			ref, ok := e.where[uid][node]
-			if !ok {
-				continue // slice not indexed yet: keep for the next flush
-			}
-			if d := e.due(job, ref, rs); d.After(now) {
-				if next.IsZero() || d.Before(next) {
-					next = d
-				}
-				continue
-			}
-			if batches[ref.slice] == nil {
-				batches[ref.slice] = map[string][]report{}
-			}
-			batches[ref.slice][node] = rs
-			delete(nodes, node)
-		}
-		if len(nodes) == 0 {
-			delete(e.queue, uid)
-		}
-	}
-	e.mu.Unlock()
-	// Slices are independent objects: write them side by side. One at a
-	// time, a flush of a 10,000-node job (63 slices of ~80 KB) took
-	// seconds, and reports waited for it.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, flushParallelism)
-	for sliceName, byNode := range batches {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := e.writeSlice(ctx, sliceName, byNode); err != nil {
-				e.log.Error("write node job reports", "slice", sliceName, "nodes", len(byNode), "err", err)
-			}
-		}()
-	}
-	wg.Wait()
-	return next
-}
-
-// flushParallelism bounds the slice writes of one flush in flight at once.
-const flushParallelism = 8
-
-// fresher returns the newer of the cached slice and the one this executor
-// last wrote: right after a write the cache lags, and writing on the
-// cached copy would only conflict.
-func (e *Executor) fresher(s *opsv1.NodeTaskSlice) {
-	e.mu.Lock()
-	w, ok := e.written[s.Name]
-	e.mu.Unlock()
-	if ok && w.UID == s.UID && newerRV(w.ResourceVersion, s.ResourceVersion) {
-		w.DeepCopyInto(s)
-	}
-}
-
-func (e *Executor) remember(s *opsv1.NodeTaskSlice) {
-	e.mu.Lock()
-	e.written[s.Name] = s.DeepCopy()
-	e.mu.Unlock()
-}
-
-// updateTime is the entry's updateTime, or zero.
-func updateTime(n opsv1.NodeTaskStatus) time.Time {
-	if n.UpdateTime == nil {
-		return time.Time{}
-	}
-	return n.UpdateTime.Time
-}
-
-// newerRV compares resourceVersions as etcd revisions. They are opaque to
-// clients in general; when either does not parse, the cache wins and a
-// conflict, if any, re-reads the slice.
-func newerRV(a, b string) bool {
-	x, err1 := strconv.ParseUint(a, 10, 64)
-	y, err2 := strconv.ParseUint(b, 10, 64)
-	return err1 == nil && err2 == nil && x > y
-}
-
-func (e *Executor) writeSlice(ctx context.Context, sliceName string, byNode map[string][]report) error {
-	first := true
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		var s opsv1.NodeTaskSlice
-		var err error
-		if first {
-			err = e.opts.Client.Get(ctx, client.ObjectKey{Name: sliceName}, &s)
-			if err == nil {
-				e.fresher(&s)
-			}
-		} else {
-			err = e.opts.APIReader.Get(ctx, client.ObjectKey{Name: sliceName}, &s)
-		}
-		first = false
-		if err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		changed := false
-		for i := range s.Nodes {
-			for _, rp := range byNode[s.Nodes[i].NodeName] {
-				// The entry's updateTime is when the report came in, not
-				// when it was written: the timeout counts from the node.
-				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, rp.at) {
-					changed = true
-				}
-			}
-		}
-		if !changed {
-			return nil
-		}
-		if err := e.opts.Client.Update(ctx, &s); err != nil {
-			return err
-		}
-		e.remember(&s)
-		e.writes.Inc()
-		return nil
-	})
 }
