@@ -121,6 +121,22 @@ type SpreadConstraint struct {
 	MaxSkew int32 `json:"maxSkew,omitempty"`
 }
 
+// TaskSecurityContext is who a task's process runs as on its node.
+type TaskSecurityContext struct {
+	// runAsUser is the uid of the process. 0 (root) only where a NodeGrant
+	// allows it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967294
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
+	// runAsGroup is the gid of the process (and its only group). Unset: the
+	// node task user's group when runAsUser is unset too, else runAsUser.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967294
+	// +optional
+	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
+}
+
 // TaskSpec is what to run, and where and how often to try.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || size(oldSelf.nodeName) == 0 || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
 type TaskSpec struct {
@@ -143,12 +159,20 @@ type TaskSpec struct {
 	// +listMapKey=name
 	// +optional
 	Env []EnvVar `json:"env,omitempty"`
-	// workingDir is an absolute path on the node. Default: a fresh directory
-	// for the attempt under the agent's state dir.
+	// workingDir is where the process starts. Unset or relative: inside
+	// the attempt's own fresh directory (relative paths may not leave it).
+	// Absolute: a directory on the node, allowed only when a NodeGrant of
+	// the namespace lists it (or a parent) in its hostDirs.
 	// +kubebuilder:validation:MaxLength=4096
-	// +kubebuilder:validation:Pattern=`^/[^\x00\n]*$`
+	// +kubebuilder:validation:Pattern=`^[^\x00\n]*$`
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || !(self == '..' || self.startsWith('../') || self.endsWith('/..') || self.contains('/../'))",message="a relative workingDir stays inside the attempt's directory: no '..' segments"
 	// +optional
 	WorkingDir string `json:"workingDir,omitempty"`
+	// securityContext is the user and group the process runs as. Unset:
+	// the node's unprivileged task user (drover-agent --task-user, default
+	// nobody). A NodeGrant of the namespace must allow what is asked.
+	// +optional
+	SecurityContext *TaskSecurityContext `json:"securityContext,omitempty"`
 	// artifacts are fetched and checked before the process starts.
 	// +kubebuilder:validation:MaxItems=32
 	// +optional

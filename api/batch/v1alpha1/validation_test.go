@@ -19,6 +19,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/testenv"
 	"github.com/drover-fleet/drover/internal/testkit"
 )
@@ -32,6 +33,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	if err := batchv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := fleetv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	var stop func()
@@ -72,7 +76,17 @@ func TestTaskValidation(t *testing.T) {
 		{"empty command", task("bad-cmd", func(t *batchv1.Task) { t.Spec.Command = nil }), "command"},
 		{"empty program", task("bad-prog", func(t *batchv1.Task) { t.Spec.Command = []string{""} }), "command[0] must name a program"},
 		{"env name with injection", task("bad-env", func(t *batchv1.Task) { t.Spec.Env = []batchv1.EnvVar{{Name: "A;B", Value: "x"}} }), "name"},
-		{"relative working dir", task("bad-wd", func(t *batchv1.Task) { t.Spec.WorkingDir = "tmp" }), "workingDir"},
+		{"relative working dir inside the attempt's", task("ok-wd", func(t *batchv1.Task) { t.Spec.WorkingDir = "out/build" }), ""},
+		{"relative working dir leaving it", task("bad-wd", func(t *batchv1.Task) { t.Spec.WorkingDir = "out/../../etc" }), "no '..' segments"},
+		{"relative working dir of ..", task("bad-wd2", func(t *batchv1.Task) { t.Spec.WorkingDir = ".." }), "no '..' segments"},
+		{"run as a user and group", task("ok-runas", func(t *batchv1.Task) {
+			u, g := int64(1000), int64(1000)
+			t.Spec.SecurityContext = &batchv1.TaskSecurityContext{RunAsUser: &u, RunAsGroup: &g}
+		}), ""},
+		{"negative uid", task("bad-uid", func(t *batchv1.Task) {
+			u := int64(-1)
+			t.Spec.SecurityContext = &batchv1.TaskSecurityContext{RunAsUser: &u}
+		}), "runAsUser"},
 		{"artifact escaping the working dir", task("bad-art", func(t *batchv1.Task) {
 			t.Spec.Artifacts = []batchv1.Artifact{{URL: "https://example.com/a", SHA256: digest, Path: "a/../../etc/passwd"}}
 		}), "path"},
@@ -335,5 +349,51 @@ func TestFleetJobNameRuleOnUpdate(t *testing.T) {
 		Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}})
 	if err := env.Client.Update(ctx, j); err == nil || !strings.Contains(err.Error(), "over 253 characters") {
 		t.Errorf("adding a group whose names would pass 253 characters: %v", err)
+	}
+}
+
+func TestNodeGrantValidation(t *testing.T) {
+	ctx := context.Background()
+	grant := func(name string, mutate func(*fleetv1.NodeGrantSpec)) *fleetv1.NodeGrant {
+		g := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"team-a"}}}
+		if mutate != nil {
+			mutate(&g.Spec)
+		}
+		return g
+	}
+	tests := []struct {
+		name    string
+		grant   *fleetv1.NodeGrant
+		wantErr string
+	}{
+		{"every node to one namespace", grant("ok-all", nil), ""},
+		{"full", grant("ok-full", func(s *fleetv1.NodeGrantSpec) {
+			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "a"}}
+			s.NodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
+			s.RunAs = &fleetv1.RunAsPolicy{Users: []fleetv1.IDRange{{Min: 1000, Max: 1999}}, Groups: []fleetv1.IDRange{{Min: 1000, Max: 1000}}}
+			s.HostDirs = []string{"/srv/data"}
+		}), ""},
+		{"no namespaces", grant("bad-ns", func(s *fleetv1.NodeGrantSpec) { s.Namespaces = nil }), "name the namespaces"},
+		{"bad namespace name", grant("bad-ns-name", func(s *fleetv1.NodeGrantSpec) { s.Namespaces = []string{"Team A"} }), "namespaces"},
+		{"range upside down", grant("bad-range", func(s *fleetv1.NodeGrantSpec) {
+			s.RunAs = &fleetv1.RunAsPolicy{Users: []fleetv1.IDRange{{Min: 2000, Max: 1000}}}
+		}), "min must not be above max"},
+		{"relative host dir", grant("bad-dir", func(s *fleetv1.NodeGrantSpec) { s.HostDirs = []string{"srv"} }), "hostDirs"},
+		{"host dir with ..", grant("bad-dir2", func(s *fleetv1.NodeGrantSpec) { s.HostDirs = []string{"/srv/../etc"} }), "no '..' segments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, tt.grant)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("create: %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
 	}
 }

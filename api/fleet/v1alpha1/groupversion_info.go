@@ -18,7 +18,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &FleetNode{}, &FleetNodeList{})
+	s.AddKnownTypes(GroupVersion, &FleetNode{}, &FleetNodeList{}, &NodeGrant{}, &NodeGrantList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
