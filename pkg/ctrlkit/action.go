@@ -2,6 +2,7 @@ package ctrlkit
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -34,8 +35,12 @@ func (f ActionFunc) Description() string { return "ActionFunc" }
 // Run implements Action by calling f.
 func (f ActionFunc) Run(ctx context.Context) (reconcile.Result, error) { return f(ctx) }
 
-// NewAction returns an Action with the given description that runs fn.
+// NewAction returns an Action with the given description that runs fn. A
+// nil fn panics here rather than in the middle of a reconcile.
 func NewAction(description string, fn func(ctx context.Context) (reconcile.Result, error)) Action {
+	if fn == nil {
+		panic("ctrlkit.NewAction: fn of " + strconv.Quote(description) + " is nil")
+	}
 	return &namedAction{desc: description, fn: fn}
 }
 
@@ -84,11 +89,25 @@ type Composite interface {
 
 // mustActions panics, naming the combinator and the position, when a nil
 // action is passed: a nil child is a programming error that would otherwise
-// surface as a nil-pointer panic deep inside a reconcile.
+// surface as a nil-pointer panic deep inside a reconcile, possibly in
+// another goroutine. A typed nil (a nil *T or a nil ActionFunc in the
+// interface) is refused too: calling it fails the same way.
 func mustActions(combinator string, actions []Action) {
 	for i, a := range actions {
-		if a == nil {
+		if isNil(a) {
 			panic("ctrlkit." + combinator + ": action " + strconv.Itoa(i) + " is nil")
 		}
+	}
+}
+
+func isNil(a Action) bool {
+	if a == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(a); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	default:
+		return false
 	}
 }

@@ -59,6 +59,8 @@ func flattenOne(a Action) Action {
 type rewriter struct {
 	fn     func(Action) Action
 	shared map[*sharedAction]Action
+	// dropNopShared turns a Shared whose rewritten action is Nop into Nop.
+	dropNopShared bool
 }
 
 func (r *rewriter) rewrite(a Action) Action {
@@ -72,7 +74,10 @@ func (r *rewriter) rewrite(a Action) Action {
 		if r.shared == nil {
 			r.shared = map[*sharedAction]Action{}
 		}
-		out := &sharedAction{child: r.rewrite(s.child)}
+		var out Action = &sharedAction{child: r.rewrite(s.child)}
+		if r.dropNopShared && isNop(out.(*sharedAction).child) {
+			out = Nop()
+		}
 		r.shared[s] = out
 		return out
 	}

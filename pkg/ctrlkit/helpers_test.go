@@ -42,6 +42,7 @@ const (
 	kErr2    kind = "error2"
 	kExit    kind = "exit"
 	kPanic   kind = "panic"
+	kBang    kind = "bang" // a second panic, with value "bang"
 	kSlow    kind = "slow"    // ignores ctx; returns noRequeue when released
 	kSlowCtx kind = "slowCtx" // waits for ctx to end and returns its error
 )
@@ -95,6 +96,8 @@ func (c *child) Run(ctx context.Context) (reconcile.Result, error) {
 		return Exit()
 	case kPanic:
 		panic("boom")
+	case kBang:
+		panic("bang")
 	case kSlow:
 		<-c.release
 		return NoRequeue()

@@ -2,6 +2,7 @@ package ctrlkit
 
 import (
 	"context"
+	"strconv"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -64,4 +65,70 @@ func (a *ifAction) Name() string {
 		return "IfFunc"
 	}
 	return "If"
+}
+
+// IfElse runs then when cond is true and otherwise the other action; its
+// outcome is the branch's. Like If, cond is evaluated while the workflow is
+// built.
+func IfElse(cond bool, then, otherwise Action) Action {
+	mustActions("IfElse", []Action{then, otherwise})
+	return &ifElseAction{cond: cond, then: then, els: otherwise}
+}
+
+type ifElseAction struct {
+	cond      bool
+	then, els Action
+}
+
+var _ Composite = (*ifElseAction)(nil)
+
+// Name implements the short name used by NameOf.
+func (a *ifElseAction) Name() string { return "IfElse" }
+
+func (a *ifElseAction) Description() string {
+	return "IfElse(" + strconv.FormatBool(a.cond) + ", " + a.then.Description() + ", " + a.els.Description() + ")"
+}
+
+func (a *ifElseAction) Children() []Action { return []Action{a.then, a.els} }
+
+func (a *ifElseAction) WithChildren(children []Action) Action {
+	mustActions("IfElse", children)
+	return &ifElseAction{cond: a.cond, then: children[0], els: children[1]}
+}
+
+func (a *ifElseAction) Run(ctx context.Context) (reconcile.Result, error) {
+	if a.cond {
+		return a.then.Run(ctx)
+	}
+	return a.els.Run(ctx)
+}
+
+// branch is the action IfElse runs.
+func (a *ifElseAction) branch() Action {
+	if a.cond {
+		return a.then
+	}
+	return a.els
+}
+
+// ExitIf returns an action that exits the workflow (ErrExit, see Exit) when
+// cond is true and is NoRequeue otherwise. In a Sequential it ends the
+// sequence early without a failure: Sequential(ExitIf(deleting),
+// mgr.Sync()). cond is evaluated while the workflow is built.
+func ExitIf(cond bool) Action {
+	return exitIfAction(cond)
+}
+
+type exitIfAction bool
+
+// Name implements the short name used by NameOf.
+func (a exitIfAction) Name() string { return "ExitIf" }
+
+func (a exitIfAction) Description() string { return "ExitIf(" + strconv.FormatBool(bool(a)) + ")" }
+
+func (a exitIfAction) Run(context.Context) (reconcile.Result, error) {
+	if a {
+		return Exit()
+	}
+	return NoRequeue()
 }

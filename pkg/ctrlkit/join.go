@@ -15,7 +15,8 @@ import (
 // use Sequential for that.
 //
 // A panicking action does not stop the others either: Join recovers it,
-// runs the rest, then re-panics with a *PanicError for the first panic.
+// runs the rest, then re-panics with a *PanicError for the first panic that
+// carries every other one in Also.
 //
 // Join runs the actions in order today but does not promise to; use
 // JoinOrdered when an action relies on the effects of an earlier one.
@@ -87,21 +88,19 @@ func (j *joinAction) Run(ctx context.Context) (reconcile.Result, error) {
 
 func runJoin(ctx context.Context, children []Action) (reconcile.Result, error) {
 	var (
-		j     joiner
-		first *PanicError
+		j      joiner
+		panics []*PanicError
 	)
 	for _, c := range children {
 		res, err, p := runRecover(ctx, c)
 		if p != nil {
-			if first == nil {
-				first = p
-			}
+			panics = append(panics, p)
 			continue
 		}
 		j.add(res, err)
 	}
-	if first != nil {
-		panic(first)
+	if p := joinPanics(panics); p != nil {
+		panic(p)
 	}
 	return j.outcome()
 }

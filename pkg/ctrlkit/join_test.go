@@ -3,7 +3,9 @@ package ctrlkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -22,6 +24,8 @@ var combinators = []struct {
 	{"Sequential", Sequential},
 	{"Timeout", func(cs ...Action) Action { return Timeout(defaultTestTimeout, Join(cs...)) }},
 	{"If", func(cs ...Action) Action { return If(true, Join(cs...)) }},
+	{"IfElse then", func(cs ...Action) Action { return IfElse(true, Join(cs...), ExitIf(true)) }},
+	{"IfElse else", func(cs ...Action) Action { return IfElse(false, ExitIf(true), Join(cs...)) }},
 	{"Retry", func(cs ...Action) Action {
 		return Retry(RetryOptions{Attempts: 1}, Join(cs...))
 	}},
@@ -171,11 +175,82 @@ func TestParallelJoinRunsConcurrently(t *testing.T) {
 	}
 }
 
-func TestNilActionPanicsAtConstruction(t *testing.T) {
+
+// TestJoinReportsEveryPanic checks that a join re-raises one *PanicError
+// holding every panic of its actions, in argument order, after running all
+// of them; a Shared action referenced twice panics once.
+func TestJoinReportsEveryPanic(t *testing.T) {
+	for _, comb := range combinators[:3] {
+		rows := []struct {
+			name  string
+			build func(t *testing.T) (Action, []*child)
+			want  []string // action: value, in order
+		}{
+			{"two panics", func(t *testing.T) (Action, []*child) {
+				cs, as := children(t, kPanic, kNone, kBang)
+				return comb.make(as...), cs
+			}, []string{"panic: boom", "bang: bang"}},
+			{"panics of a nested join are kept", func(t *testing.T) (Action, []*child) {
+				cs, as := children(t, kBang, kPanic, kErr1, kBang)
+				return comb.make(ParallelJoin(as[0], as[1]), as[2], Join(as[3])), cs
+			}, []string{"bang: bang", "panic: boom", "bang: bang"}},
+			{"a shared panic is reported once", func(t *testing.T) (Action, []*child) {
+				cs, as := children(t, kPanic)
+				s := Shared(as[0])
+				return comb.make(s, s), cs
+			}, []string{"panic: boom"}},
+			{"a shared panic inside a nested join is reported once", func(t *testing.T) (Action, []*child) {
+				cs, as := children(t, kPanic, kBang)
+				s := Shared(as[0])
+				return comb.make(s, ParallelJoin(s, as[1])), cs
+			}, []string{"panic: boom", "bang: bang"}},
+		}
+		for _, row := range rows {
+			t.Run(comb.name+": "+row.name, func(t *testing.T) {
+				a, cs := row.build(t)
+				var p *PanicError
+				func() {
+					defer func() { p, _ = recover().(*PanicError) }()
+					_, _ = a.Run(WithSharedScope(t.Context()))
+				}()
+				if p == nil {
+					t.Fatalf("%s did not panic with a *PanicError", a.Description())
+				}
+				var got []string
+				for _, q := range append([]*PanicError{p}, p.Also...) {
+					got = append(got, fmt.Sprintf("%s: %v", q.Action, q.Value))
+					if len(q.Stack) == 0 {
+						t.Errorf("the panic of %s has no stack", q.Action)
+					}
+				}
+				if !slices.Equal(got, row.want) {
+					t.Errorf("%s panicked with %q, want %q", a.Description(), got, row.want)
+				}
+				for _, w := range row.want {
+					if v := strings.SplitN(w, ": ", 2)[1]; !strings.Contains(p.Error(), "panicked: "+v) {
+						t.Errorf("the panic's message does not name %q:\n%s", v, p.Error())
+					}
+				}
+				for i, c := range cs {
+					if n := c.runs.Load(); n != 1 {
+						t.Errorf("%s ran child %d %d times, want 1", a.Description(), i, n)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestPanicErrorMatchesEveryErrorValue(t *testing.T) {
+	a := ParallelJoin(
+		NewAction("one", func(context.Context) (reconcile.Result, error) { panic(errOne) }),
+		NewAction("two", func(context.Context) (reconcile.Result, error) { panic(errTwo) }),
+	)
 	defer func() {
-		if v := recover(); v != "ctrlkit.Join: action 1 is nil" {
-			t.Errorf("Join(Nop(), nil) panicked with %v, want a message naming action 1", v)
+		err, _ := recover().(error)
+		if !errors.Is(err, errOne) || !errors.Is(err, errTwo) {
+			t.Errorf("%s panicked with %v, want it to match error1 and error2", a.Description(), err)
 		}
 	}()
-	Join(Nop(), nil)
+	_, _ = a.Run(t.Context())
 }

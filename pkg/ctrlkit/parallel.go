@@ -13,9 +13,9 @@ import (
 //
 // A panic in one action is recovered in its goroutine, the others run to
 // completion, then ParallelJoin re-panics in the caller's goroutine with a
-// *PanicError for the first panicking action in argument order; without
-// this, a panic would crash the process instead of reaching
-// controller-runtime's panic recovery.
+// *PanicError for the first panicking action in argument order, carrying
+// the others in Also so that none is lost; without this, a panic would crash
+// the process instead of reaching controller-runtime's panic recovery.
 //
 // The actions share ctx and must be safe to run concurrently.
 func ParallelJoin(actions ...Action) Action {
@@ -48,12 +48,14 @@ func runParallel(ctx context.Context, children []Action) (reconcile.Result, erro
 	}
 	wg.Wait()
 
-	var j joiner
+	panics := make([]*PanicError, len(outcomes))
 	for i := range outcomes {
-		if p := outcomes[i].panic; p != nil {
-			panic(p)
-		}
+		panics[i] = outcomes[i].panic
 	}
+	if p := joinPanics(panics); p != nil {
+		panic(p)
+	}
+	var j joiner
 	for i := range outcomes {
 		j.add(outcomes[i].res, outcomes[i].err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -61,13 +62,22 @@ func Exit() (reconcile.Result, error) {
 }
 
 // IgnoreExit turns an exit into success, keeping the result: use it around
-// the workflow at the top of Reconcile. An error that holds a real failure
-// next to an exit is returned unchanged.
+// the workflow at the top of Reconcile (Reconcile does). An error that holds
+// a real failure next to an exit is returned unchanged.
+//
+// It also never returns a requeue next to an error: controller-runtime
+// ignores the result then (the error is retried with backoff) and logs a
+// warning on every such reconcile, so a real error wins and the result is
+// zeroed. After an exit the result is kept, because the exit is gone.
 func IgnoreExit(result reconcile.Result, err error) (reconcile.Result, error) {
-	if IsExit(err) {
+	switch {
+	case err == nil:
 		return result, nil
+	case IsExit(err):
+		return result, nil
+	default:
+		return reconcile.Result{}, err
 	}
-	return result, err
 }
 
 // IsExit reports whether err is an exit and nothing else: ErrExit, possibly
@@ -183,9 +193,13 @@ func joinErrors(errs []error) error {
 }
 
 // PanicError is what the combinators that recover panics (Join,
-// ParallelJoin, Timeout, Shared) re-raise: the original value, the action
-// that panicked and the stack where it did, which would otherwise be lost
-// when the panic crosses a goroutine.
+// ParallelJoin, Timeout, Shared, Parallel through Reconcile) re-raise: the
+// original value, the action that panicked and the stack where it did,
+// which would otherwise be lost when the panic crosses a goroutine.
+//
+// When several actions of one join panicked, the first (in argument order)
+// is the PanicError itself and the others are in Also, so that no panic is
+// lost; Error lists them all.
 type PanicError struct {
 	// Action is the description of the action that panicked.
 	Action string
@@ -193,16 +207,68 @@ type PanicError struct {
 	Value any
 	// Stack is the stack of the panicking goroutine.
 	Stack []byte
+	// Also holds the other panics of the same join, in argument order.
+	Also []*PanicError
+
+	// first is the panic this one copies, when Also was added to it:
+	// joins compare panics by identity.
+	first *PanicError
 }
 
 func (p *PanicError) Error() string {
-	return fmt.Sprintf("ctrlkit: action %q panicked: %v\n%s", p.Action, p.Value, p.Stack)
+	msg := fmt.Sprintf("ctrlkit: action %q panicked: %v\n%s", p.Action, p.Value, p.Stack)
+	for i, o := range p.Also {
+		msg += fmt.Sprintf("\n(and %d of %d) ctrlkit: action %q panicked: %v\n%s", i+2, len(p.Also)+1, o.Action, o.Value, o.Stack)
+	}
+	return msg
 }
 
-// Unwrap returns the panic value if it is an error.
-func (p *PanicError) Unwrap() error {
-	if err, ok := p.Value.(error); ok {
-		return err
+// Unwrap returns the panic values that are errors, this one's first, so
+// that errors.Is and errors.As see every panic of the join.
+func (p *PanicError) Unwrap() []error {
+	var errs []error
+	for _, q := range append([]*PanicError{p}, p.Also...) {
+		if err, ok := q.Value.(error); ok {
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	return errs
+}
+
+// joinPanics returns nil for no panic, the panic itself for one, and the
+// first with the others in Also for several. Panics that already carry
+// others (a nested join's) are flattened, so Also is one level deep. One
+// panic is kept once: a Shared action re-raises the same *PanicError for
+// every reference.
+func joinPanics(ps []*PanicError) *PanicError {
+	var flat []*PanicError // the panics as raised, without Also
+	var visit func(p *PanicError)
+	visit = func(p *PanicError) {
+		if p == nil {
+			return
+		}
+		id := p
+		if p.first != nil {
+			id = p.first
+		}
+		if !slices.Contains(flat, id) {
+			flat = append(flat, id)
+		}
+		for _, o := range p.Also {
+			visit(o)
+		}
+	}
+	for _, p := range ps {
+		visit(p)
+	}
+	switch len(flat) {
+	case 0:
+		return nil
+	case 1:
+		return flat[0]
+	}
+	head := *flat[0]
+	head.Also = flat[1:]
+	head.first = flat[0]
+	return &head
 }

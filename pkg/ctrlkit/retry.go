@@ -9,18 +9,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// RetryOptions configures Retry. The zero value is ready to use.
+// RetryOptions configures Retry. The zero value is ready to use: a zero
+// field means "unset" and takes its default. A negative field cannot work
+// and Retry panics on it.
 type RetryOptions struct {
-	// Attempts is the total number of runs, the first included. Zero (or
-	// less) means 3.
+	// Attempts is the total number of runs, the first included. Zero
+	// means 3.
 	Attempts int
-	// InitialBackoff is the wait before the second attempt. Zero (or less)
-	// means 100ms.
+	// InitialBackoff is the wait before the second attempt. Zero means
+	// 100ms (or MaxBackoff if that is shorter).
 	InitialBackoff time.Duration
-	// MaxBackoff caps every wait. Zero (or less) means 10s.
+	// MaxBackoff caps every wait. Zero means 10s (or InitialBackoff if
+	// that is longer); it must not be below InitialBackoff.
 	MaxBackoff time.Duration
-	// Multiplier grows the wait after each failed attempt. Values below 1
-	// mean 2.
+	// Multiplier grows the wait after each failed attempt. Zero means 2;
+	// otherwise it must be at least 1 (1 is a constant wait).
 	Multiplier float64
 	// Retryable reports whether an error is worth another attempt. Nil
 	// means every error except an exit and a reconcile.TerminalError.
@@ -34,16 +37,19 @@ type RetryOptions struct {
 // withDefaults is the one place where RetryOptions' zero values are
 // replaced.
 func (o RetryOptions) withDefaults() RetryOptions {
-	if o.Attempts <= 0 {
+	if o.Attempts == 0 {
 		o.Attempts = 3
 	}
-	if o.InitialBackoff <= 0 {
+	if o.InitialBackoff == 0 {
 		o.InitialBackoff = 100 * time.Millisecond
+		if o.MaxBackoff > 0 {
+			o.InitialBackoff = min(o.InitialBackoff, o.MaxBackoff)
+		}
 	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 10 * time.Second
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = max(10*time.Second, o.InitialBackoff)
 	}
-	if o.Multiplier < 1 {
+	if o.Multiplier == 0 {
 		o.Multiplier = 2
 	}
 	if o.Retryable == nil {
@@ -53,6 +59,21 @@ func (o RetryOptions) withDefaults() RetryOptions {
 		o.Sleep = sleepContext
 	}
 	return o
+}
+
+// check returns why o cannot work, or "" if it can. o has its defaults.
+func (o RetryOptions) check() string {
+	switch {
+	case o.Attempts < 0:
+		return fmt.Sprintf("attempts %d is negative", o.Attempts)
+	case o.InitialBackoff < 0:
+		return fmt.Sprintf("initial backoff %s is negative", o.InitialBackoff)
+	case o.MaxBackoff < o.InitialBackoff:
+		return fmt.Sprintf("max backoff %s is below the initial backoff %s", o.MaxBackoff, o.InitialBackoff)
+	case !(o.Multiplier >= 1): // NaN too
+		return fmt.Sprintf("multiplier %v is below 1", o.Multiplier)
+	}
+	return ""
 }
 
 // Backoff returns the wait before attempt n+1 after n failed attempts
@@ -93,9 +114,16 @@ func sleepContext(ctx context.Context, d time.Duration) error {
 // (unless N is 1). If
 // ctx ends during a wait, the last error is returned joined with ctx's.
 // A panic is not recovered.
+//
+// Options that cannot work (a negative count or wait, a multiplier below
+// 1, a cap below the first wait) panic here, naming the field.
 func Retry(opts RetryOptions, action Action) Action {
 	mustActions("Retry", []Action{action})
-	return &retryAction{opts: opts.withDefaults(), child: action}
+	opts = opts.withDefaults()
+	if why := opts.check(); why != "" {
+		panic("ctrlkit.Retry of " + action.Description() + ": " + why)
+	}
+	return &retryAction{opts: opts, child: action}
 }
 
 type retryAction struct {

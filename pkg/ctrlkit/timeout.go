@@ -18,8 +18,10 @@ var ErrTimeout = errors.New("ctrlkit: action timed out")
 // timeout error (see ErrTimeout) once d has passed, whether or not the
 // action has noticed. An action that honours its context returns soon after
 // anyway; one that ignores it is left running in its own goroutine, its
-// eventual outcome (or panic) discarded, because Go cannot stop it. A
-// non-positive d has already expired: the action is not started.
+// eventual outcome (or panic) discarded, because Go cannot stop it.
+//
+// A non-positive d panics here: such a timeout could only ever fail, which
+// is a bug in the workflow, not something to retry with backoff.
 //
 // A timeout is a real error, not an exit: the request is retried.
 //
@@ -29,6 +31,9 @@ var ErrTimeout = errors.New("ctrlkit: action timed out")
 // goroutine as a *PanicError.
 func Timeout(d time.Duration, action Action) Action {
 	mustActions("Timeout", []Action{action})
+	if d <= 0 {
+		panic("ctrlkit.Timeout: timeout " + d.String() + " of " + action.Description() + " is not positive")
+	}
 	return &timeoutAction{d: d, child: action}
 }
 
@@ -51,9 +56,6 @@ func (a *timeoutAction) WithChildren(children []Action) Action {
 }
 
 func (a *timeoutAction) Run(ctx context.Context) (reconcile.Result, error) {
-	if a.d <= 0 {
-		return reconcile.Result{}, &TimeoutError{Action: a.child.Description(), After: a.d}
-	}
 	tctx, cancel := context.WithTimeout(ctx, a.d)
 	defer cancel()
 

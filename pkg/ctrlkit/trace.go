@@ -3,6 +3,7 @@ package ctrlkit
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -113,8 +114,17 @@ func (f ObserverFunc) ObserveAction(ctx context.Context, a Action) (context.Cont
 }
 
 // Observers combines observers: each sees every action, in order at the
-// start and in reverse order at the end, like nested defers.
+// start and in reverse order at the end, like nested defers. Nil observers
+// are left out; with none left the result is nil, which Instrument and
+// Observe take as "observe nothing".
 func Observers(obs ...Observer) Observer {
+	obs = slices.DeleteFunc(slices.Clone(obs), func(o Observer) bool { return o == nil })
+	switch len(obs) {
+	case 0:
+		return nil
+	case 1:
+		return obs[0]
+	}
 	return ObserverFunc(func(ctx context.Context, a Action) (context.Context, func(Report)) {
 		ends := make([]func(Report), len(obs))
 		for i, o := range obs {
@@ -146,7 +156,15 @@ func Instrument(a Action, opts InstrumentOptions) Action {
 	if opts.Observer == nil {
 		return a
 	}
-	r := rewriter{fn: func(a Action) Action { return Observe(a, opts) }}
+	r := rewriter{fn: func(a Action) Action {
+		if _, ok := a.(*observedAction); ok {
+			// Already observed (a generated manager's hooks): its
+			// child has just been wrapped, wrapping it again would
+			// report the action twice.
+			return a
+		}
+		return Observe(a, opts)
+	}}
 	return r.rewrite(a)
 }
 
