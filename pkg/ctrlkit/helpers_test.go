@@ -42,7 +42,7 @@ const (
 	kErr2    kind = "error2"
 	kExit    kind = "exit"
 	kPanic   kind = "panic"
-	kBang    kind = "bang" // a second panic, with value "bang"
+	kBang    kind = "bang"    // a second panic, with value "bang"
 	kSlow    kind = "slow"    // ignores ctx; returns noRequeue when released
 	kSlowCtx kind = "slowCtx" // waits for ctx to end and returns its error
 )

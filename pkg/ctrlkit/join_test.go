@@ -175,7 +175,6 @@ func TestParallelJoinRunsConcurrently(t *testing.T) {
 	}
 }
 
-
 // TestJoinReportsEveryPanic checks that a join re-raises one *PanicError
 // holding every panic of its actions, in argument order, after running all
 // of them; a Shared action referenced twice panics once.
