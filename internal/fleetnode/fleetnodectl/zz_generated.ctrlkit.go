@@ -48,11 +48,14 @@ type FleetNodeManagerImpl interface {
 type FleetNodeManager struct {
 	state FleetNodeManagerState
 	impl  FleetNodeManagerImpl
+	hooks ctrlkit.InstrumentOptions
 }
 
-// NewFleetNodeManager returns a manager running impl's actions on state.
-func NewFleetNodeManager(state FleetNodeManagerState, impl FleetNodeManagerImpl) *FleetNodeManager {
-	return &FleetNodeManager{state: state, impl: impl}
+// NewFleetNodeManager returns a manager running impl's actions on state. The
+// hooks (ctrlkit.Hooks, or any ctrlkit.Observer) see each of its actions
+// run, state loading included: the lifecycle hooks of the CtrlKit RFC.
+func NewFleetNodeManager(state FleetNodeManagerState, impl FleetNodeManagerImpl, hooks ...ctrlkit.Observer) *FleetNodeManager {
+	return &FleetNodeManager{state: state, impl: impl, hooks: ctrlkit.InstrumentOptions{Observer: ctrlkit.Observers(hooks...)}}
 }
 
 // UpdateStatus returns the action that runs
@@ -61,11 +64,11 @@ func NewFleetNodeManager(state FleetNodeManagerState, impl FleetNodeManagerImpl)
 // Decide the node's Approved condition and its Pending or Revoked
 // phase from its spec, and patch the status if it changed.
 func (m *FleetNodeManager) UpdateStatus() ctrlkit.Action {
-	return ctrlkit.NewAction("UpdateStatus", func(ctx context.Context) (reconcile.Result, error) {
+	return ctrlkit.Observe(ctrlkit.NewAction("UpdateStatus", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "UpdateStatus")
 		ctx = logr.NewContext(ctx, logger)
 		return m.impl.UpdateStatus(ctx, logger)
-	})
+	}), m.hooks)
 }
 
 // RecordEvent returns the action that runs
@@ -73,15 +76,17 @@ func (m *FleetNodeManager) UpdateStatus() ctrlkit.Action {
 //
 // Record an Event for what UpdateStatus decided, if anything.
 func (m *FleetNodeManager) RecordEvent() ctrlkit.Action {
-	return ctrlkit.NewAction("RecordEvent", func(ctx context.Context) (reconcile.Result, error) {
+	return ctrlkit.Observe(ctrlkit.NewAction("RecordEvent", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "RecordEvent")
 		ctx = logr.NewContext(ctx, logger)
 		return m.impl.RecordEvent(ctx, logger)
-	})
+	}), m.hooks)
 }
 
 // FleetNodeManagerReconciler is a reconciler skeleton for fleetv1alpha1.FleetNode: it gets the
-// target, builds the manager and runs the workflow, ignoring exits.
+// target, builds the manager, optimizes the workflow (ctrlkit.Optimize) and
+// runs it with ctrlkit.Reconcile, which ignores exits and never returns a
+// requeue next to an error.
 type FleetNodeManagerReconciler struct {
 	// Client reads the target and the states. Nil means the manager's
 	// client (set by SetupWithManager).
@@ -92,9 +97,13 @@ type FleetNodeManagerReconciler struct {
 	// Workflow assembles the manager's actions for one reconcile.
 	// Required.
 	Workflow func(m *FleetNodeManager, target *fleetv1alpha1.FleetNode) ctrlkit.Action
-	// Observer, if set, sees every action of the workflow (see
-	// ctrlkit.Instrument).
+	// Observer, if set, sees every action of the workflow, combinators
+	// included (see ctrlkit.Instrument).
 	Observer ctrlkit.Observer
+	// Hooks, if set, see each of the manager's actions run, and no
+	// combinator: ctrlkit.Hooks for before/after functions, or any
+	// ctrlkit.Observer.
+	Hooks ctrlkit.Observer
 }
 
 var _ reconcile.Reconciler = (*FleetNodeManagerReconciler)(nil)
@@ -109,15 +118,14 @@ func (r *FleetNodeManagerReconciler) Reconcile(ctx context.Context, req reconcil
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get FleetNode "+req.NamespacedName.String(), err)
 	}
-	ctx = ctrlkit.WithSharedScope(ctx)
 	// The state loaders get their own copy, so that actions changing the
 	// target in memory do not change what the loaders select.
-	m := NewFleetNodeManager(NewFleetNodeManagerState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target))
-	wf := r.Workflow(m, &target)
+	m := NewFleetNodeManager(NewFleetNodeManagerState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})
 	}
-	return ctrlkit.IgnoreExit(wf.Run(ctx))
+	return ctrlkit.Reconcile(ctx, wf)
 }
 
 // SetupWithManager registers the reconciler for fleetv1alpha1.FleetNode.

@@ -120,11 +120,14 @@ type {{$impl}} interface {
 type {{$d.Name}} struct {
 	state {{$state}}
 	impl  {{$impl}}
+	hooks ctrlkit.InstrumentOptions
 }
 
-// New{{$d.Name}} returns a manager running impl's actions on state.
-func New{{$d.Name}}(state {{$state}}, impl {{$impl}}) *{{$d.Name}} {
-	return &{{$d.Name}}{state: state, impl: impl}
+// New{{$d.Name}} returns a manager running impl's actions on state. The
+// hooks (ctrlkit.Hooks, or any ctrlkit.Observer) see each of its actions
+// run, state loading included: the lifecycle hooks of the CtrlKit RFC.
+func New{{$d.Name}}(state {{$state}}, impl {{$impl}}, hooks ...ctrlkit.Observer) *{{$d.Name}} {
+	return &{{$d.Name}}{state: state, impl: impl, hooks: ctrlkit.InstrumentOptions{Observer: ctrlkit.Observers(hooks...)}}
 }
 {{range $a := $d.Actions}}
 // {{$a.Name}} returns the action that {{if $a.Args}}loads {{range $i, $x := $a.Args}}{{if $i}}, {{end}}{{$x.Name}}{{end}} and {{end}}runs
@@ -136,7 +139,7 @@ func New{{$d.Name}}(state {{$state}}, impl {{$impl}}) *{{$d.Name}} {
 {{- end}}
 {{- end}}
 func (m *{{$d.Name}}) {{$a.Name}}() ctrlkit.Action {
-	return ctrlkit.NewAction("{{$a.Name}}", func(ctx context.Context) (reconcile.Result, error) {
+	return ctrlkit.Observe(ctrlkit.NewAction("{{$a.Name}}", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "{{$a.Name}}")
 		ctx = logr.NewContext(ctx, logger)
 {{- range $a.Args}}
@@ -146,11 +149,13 @@ func (m *{{$d.Name}}) {{$a.Name}}() ctrlkit.Action {
 		}
 {{- end}}
 		return m.impl.{{$a.Name}}(ctx, logger{{range $a.Args}}, {{.Name}}{{end}})
-	})
+	}), m.hooks)
 }
 {{end}}
 // {{$d.Name}}Reconciler is a reconciler skeleton for {{$d.Target}}: it gets the
-// target, builds the manager and runs the workflow, ignoring exits.
+// target, builds the manager, optimizes the workflow (ctrlkit.Optimize) and
+// runs it with ctrlkit.Reconcile, which ignores exits and never returns a
+// requeue next to an error.
 type {{$d.Name}}Reconciler struct {
 	// Client reads the target and the states. Nil means the manager's
 	// client (set by SetupWithManager).
@@ -161,9 +166,13 @@ type {{$d.Name}}Reconciler struct {
 	// Workflow assembles the manager's actions for one reconcile.
 	// Required.
 	Workflow func(m *{{$d.Name}}, target *{{$d.Target}}) ctrlkit.Action
-	// Observer, if set, sees every action of the workflow (see
-	// ctrlkit.Instrument).
+	// Observer, if set, sees every action of the workflow, combinators
+	// included (see ctrlkit.Instrument).
 	Observer ctrlkit.Observer
+	// Hooks, if set, see each of the manager's actions run, and no
+	// combinator: ctrlkit.Hooks for before/after functions, or any
+	// ctrlkit.Observer.
+	Hooks ctrlkit.Observer
 }
 
 var _ reconcile.Reconciler = (*{{$d.Name}}Reconciler)(nil)
@@ -178,15 +187,14 @@ func (r *{{$d.Name}}Reconciler) Reconcile(ctx context.Context, req reconcile.Req
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get {{$d.For}} "+req.NamespacedName.String(), err)
 	}
-	ctx = ctrlkit.WithSharedScope(ctx)
 	// The state loaders get their own copy, so that actions changing the
 	// target in memory do not change what the loaders select.
-	m := New{{$d.Name}}(New{{$state}}(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target))
-	wf := r.Workflow(m, &target)
+	m := New{{$d.Name}}(New{{$state}}(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})
 	}
-	return ctrlkit.IgnoreExit(wf.Run(ctx))
+	return ctrlkit.Reconcile(ctx, wf)
 }
 
 // SetupWithManager registers the reconciler for {{$d.Target}}{{if $d.Owns}}, also watching

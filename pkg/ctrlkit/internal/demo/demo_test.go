@@ -1,7 +1,10 @@
 package demo
 
 import (
+	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/drover-fleet/drover/pkg/ctrlkit"
 	"github.com/drover-fleet/drover/pkg/ctrlkit/gen"
 )
 
@@ -81,9 +85,56 @@ func TestReconcileWaitsForPods(t *testing.T) {
 func TestReconcileRefusesSomeoneElsesSecret(t *testing.T) {
 	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-creds"}}
 	r, _ := newReconciler(appConfigMap(), foreign)
-	_, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: app})
+	res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: app})
 	if err == nil || !strings.Contains(err.Error(), "EnsureCreds: load state creds: Secret ns/app-creds is not controlled by app") {
 		t.Errorf("Reconcile(ns/app) with a foreign secret = %v, want an ownership error", err)
+	}
+	// CountPods asked for a requeue after 30s (no pods), joined with
+	// the error: controller-runtime would ignore it and warn.
+	if !res.IsZero() {
+		t.Errorf("Reconcile(ns/app) with a foreign secret = %+v beside the error, want a zero result", res)
+	}
+}
+
+// TestReconcileRunsTheHooks checks the generated reconciler's lifecycle
+// hooks: before and after each of the manager's actions, not the Join
+// around them, with each action's outcome.
+func TestReconcileRunsTheHooks(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	r, _ := newReconciler(appConfigMap())
+	r.Hooks = ctrlkit.Hooks{
+		BeforeAction: func(_ context.Context, action string) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, "before "+action)
+		},
+		AfterAction: func(_ context.Context, rep ctrlkit.Report) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, "after "+rep.Name+" "+rep.Outcome.String())
+		},
+	}
+	var traced []string
+	r.Observer = ctrlkit.ObserverFunc(func(ctx context.Context, a ctrlkit.Action) (context.Context, func(ctrlkit.Report)) {
+		mu.Lock()
+		defer mu.Unlock()
+		traced = append(traced, ctrlkit.NameOf(a))
+		return ctx, func(ctrlkit.Report) {}
+	})
+	if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: app}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"before EnsureCreds", "after EnsureCreds noRequeue",
+		"before CountPods", "after CountPods requeueAfter",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the hooks saw %q, want %q", got, want)
+	}
+	// The workflow's observer sees each action once too, and the Join.
+	if want := []string{"Join", "EnsureCreds", "CountPods"}; !slices.Equal(traced, want) {
+		t.Errorf("the observer saw %q, want %q", traced, want)
 	}
 }
 

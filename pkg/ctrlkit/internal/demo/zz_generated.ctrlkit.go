@@ -91,11 +91,14 @@ type AppManagerImpl interface {
 type AppManager struct {
 	state AppManagerState
 	impl  AppManagerImpl
+	hooks ctrlkit.InstrumentOptions
 }
 
-// NewAppManager returns a manager running impl's actions on state.
-func NewAppManager(state AppManagerState, impl AppManagerImpl) *AppManager {
-	return &AppManager{state: state, impl: impl}
+// NewAppManager returns a manager running impl's actions on state. The
+// hooks (ctrlkit.Hooks, or any ctrlkit.Observer) see each of its actions
+// run, state loading included: the lifecycle hooks of the CtrlKit RFC.
+func NewAppManager(state AppManagerState, impl AppManagerImpl, hooks ...ctrlkit.Observer) *AppManager {
+	return &AppManager{state: state, impl: impl, hooks: ctrlkit.InstrumentOptions{Observer: ctrlkit.Observers(hooks...)}}
 }
 
 // EnsureCreds returns the action that loads creds and runs
@@ -103,7 +106,7 @@ func NewAppManager(state AppManagerState, impl AppManagerImpl) *AppManager {
 //
 // Create the credentials if they are missing.
 func (m *AppManager) EnsureCreds() ctrlkit.Action {
-	return ctrlkit.NewAction("EnsureCreds", func(ctx context.Context) (reconcile.Result, error) {
+	return ctrlkit.Observe(ctrlkit.NewAction("EnsureCreds", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "EnsureCreds")
 		ctx = logr.NewContext(ctx, logger)
 		creds, err := m.state.GetCreds(ctx)
@@ -111,7 +114,7 @@ func (m *AppManager) EnsureCreds() ctrlkit.Action {
 			return ctrlkit.RequeueIfErrorAndWrap("EnsureCreds", err)
 		}
 		return m.impl.EnsureCreds(ctx, logger, creds)
-	})
+	}), m.hooks)
 }
 
 // CountPods returns the action that loads pods and runs
@@ -119,7 +122,7 @@ func (m *AppManager) EnsureCreds() ctrlkit.Action {
 //
 // Record the pod count in the ConfigMap's annotations.
 func (m *AppManager) CountPods() ctrlkit.Action {
-	return ctrlkit.NewAction("CountPods", func(ctx context.Context) (reconcile.Result, error) {
+	return ctrlkit.Observe(ctrlkit.NewAction("CountPods", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "CountPods")
 		ctx = logr.NewContext(ctx, logger)
 		pods, err := m.state.GetPods(ctx)
@@ -127,11 +130,13 @@ func (m *AppManager) CountPods() ctrlkit.Action {
 			return ctrlkit.RequeueIfErrorAndWrap("CountPods", err)
 		}
 		return m.impl.CountPods(ctx, logger, pods)
-	})
+	}), m.hooks)
 }
 
 // AppManagerReconciler is a reconciler skeleton for corev1.ConfigMap: it gets the
-// target, builds the manager and runs the workflow, ignoring exits.
+// target, builds the manager, optimizes the workflow (ctrlkit.Optimize) and
+// runs it with ctrlkit.Reconcile, which ignores exits and never returns a
+// requeue next to an error.
 type AppManagerReconciler struct {
 	// Client reads the target and the states. Nil means the manager's
 	// client (set by SetupWithManager).
@@ -142,9 +147,13 @@ type AppManagerReconciler struct {
 	// Workflow assembles the manager's actions for one reconcile.
 	// Required.
 	Workflow func(m *AppManager, target *corev1.ConfigMap) ctrlkit.Action
-	// Observer, if set, sees every action of the workflow (see
-	// ctrlkit.Instrument).
+	// Observer, if set, sees every action of the workflow, combinators
+	// included (see ctrlkit.Instrument).
 	Observer ctrlkit.Observer
+	// Hooks, if set, see each of the manager's actions run, and no
+	// combinator: ctrlkit.Hooks for before/after functions, or any
+	// ctrlkit.Observer.
+	Hooks ctrlkit.Observer
 }
 
 var _ reconcile.Reconciler = (*AppManagerReconciler)(nil)
@@ -159,15 +168,14 @@ func (r *AppManagerReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get ConfigMap "+req.NamespacedName.String(), err)
 	}
-	ctx = ctrlkit.WithSharedScope(ctx)
 	// The state loaders get their own copy, so that actions changing the
 	// target in memory do not change what the loaders select.
-	m := NewAppManager(NewAppManagerState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target))
-	wf := r.Workflow(m, &target)
+	m := NewAppManager(NewAppManagerState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})
 	}
-	return ctrlkit.IgnoreExit(wf.Run(ctx))
+	return ctrlkit.Reconcile(ctx, wf)
 }
 
 // SetupWithManager registers the reconciler for corev1.ConfigMap, also watching
