@@ -161,3 +161,60 @@ func ExampleInstrument() {
 	// observed b requeueAfter
 	// observed Sequential requeueAfter
 }
+
+func ExampleReconcile() {
+	paused := true
+	wf := ctrlkit.Join(
+		step("sync", reconcile.Result{RequeueAfter: time.Minute}, nil),
+		ctrlkit.Sequential(ctrlkit.ExitIf(paused), step("scale", reconcile.Result{}, nil)),
+		step("status", reconcile.Result{}, errors.New("conflict")),
+	)
+	// The error wins: controller-runtime retries it with backoff and
+	// would ignore the requeue beside it.
+	res, err := ctrlkit.Reconcile(context.Background(), wf)
+	fmt.Println(res.IsZero(), err)
+	// Output:
+	// run sync
+	// run status
+	// true conflict
+}
+
+func ExampleParallel() {
+	done := make(chan struct{})
+	wf := ctrlkit.Sequential(
+		ctrlkit.Parallel(ctrlkit.NewAction("announce", func(ctx context.Context) (reconcile.Result, error) {
+			<-done // runs while the workflow goes on
+			fmt.Println("run announce")
+			return ctrlkit.NoRequeue()
+		})),
+		ctrlkit.NewAction("sync", func(context.Context) (reconcile.Result, error) {
+			fmt.Println("run sync")
+			close(done)
+			return ctrlkit.NoRequeue()
+		}),
+	)
+	// Reconcile returns once announce has finished too.
+	_, err := ctrlkit.Reconcile(context.Background(), wf)
+	fmt.Println("reconciled", err)
+	// Output:
+	// run sync
+	// run announce
+	// reconciled <nil>
+}
+
+func ExampleOptimize() {
+	suspended := false
+	a, b := step("a", reconcile.Result{}, nil), step("b", reconcile.Result{}, nil)
+	wf := ctrlkit.Sequential(
+		ctrlkit.Sequential(a, ctrlkit.ExitIf(suspended)),
+		ctrlkit.Timeout(time.Minute, ctrlkit.Join(
+			ctrlkit.If(suspended, b),
+			ctrlkit.Timeout(10*time.Second, ctrlkit.IfElse(suspended, b, a)),
+		)),
+	)
+	fmt.Println(wf.Description())
+	fmt.Println(ctrlkit.Optimize(wf).Description())
+	// Output:
+	// Sequential(Sequential(a, ExitIf(false)), Timeout(1m0s, Join(If(false, b), Timeout(10s, IfElse(false, b, a)))))
+	// Sequential(a, Timeout(10s, a))
+}

@@ -21,7 +21,7 @@ func NameOf(a Action) string {
 //
 // Every reference to one Shared action in the original refers to one
 // rewritten Shared action in the result, so rewrite a workflow as a whole
-// rather than piece by piece.
+// rather than piece by piece. Optimize does this and more.
 func Flatten(a Action) Action {
 	r := rewriter{fn: flattenOne}
 	return r.rewrite(a)
