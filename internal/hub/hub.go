@@ -225,6 +225,9 @@ type Hub struct {
 	// logMu guards logReqs: TaskLogs calls waiting for chunks, by request id.
 	logMu   sync.Mutex
 	logReqs map[string]*logRequest
+
+	// reviews caches TokenReview answers for the operator API.
+	reviews *tokenCache
 }
 
 // New validates opts and returns a Hub that is not running yet, attached
@@ -261,6 +264,7 @@ func New(opts Options) (*Hub, error) {
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
+		reviews:  newTokenCache(),
 		wasReady: map[string]metav1.Condition{},
 		tokens: bootstrap.NewVerifier(bootstrap.VerifierOptions{Cached: opts.Client, Live: liveReader,
 			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),

@@ -17,6 +17,7 @@ type metrics struct {
 	resyncs       prometheus.Counter
 	unrouted      prometheus.Counter
 	foreign       *prometheus.CounterVec
+	tokenReviews  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,9 +59,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drover_hub_reports_foreign_total", Help: "Agent work reports (NodeState entries included) of work the sending node was not given, dropped, by feature.",
 		}, []string{"feature"}),
+		tokenReviews: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_token_reviews_total", Help: "TokenReviews the operator API sent to the kube-apiserver (cached answers are not counted).",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign, m.tokenReviews} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

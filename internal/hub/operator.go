@@ -55,6 +55,37 @@ const (
 	kubeClientCAKey   = "client-ca-file"
 )
 
+// Log requests are bounded: each one holds a goroutine and a file open on
+// its agent for as long as it is followed (at most 12 hours, the agent's
+// own bound), so a loop of `drover logs -f` must not pile them up.
+const (
+	// maxLogRequestsPerNode bounds the log requests one node serves at once
+	// through this hub.
+	maxLogRequestsPerNode = 16
+	// maxLogRequests bounds them over all nodes of this hub.
+	maxLogRequests = 1024
+)
+
+// addLogRequest registers lr under id, within the bounds above.
+func (h *Hub) addLogRequest(id string, lr *logRequest) error {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	if len(h.logReqs) >= maxLogRequests {
+		return status.Errorf(codes.ResourceExhausted, "hub %s already serves %d log requests; try again when some have ended", h.opts.Name, len(h.logReqs))
+	}
+	n := 0
+	for _, r := range h.logReqs {
+		if r.node == lr.node {
+			n++
+		}
+	}
+	if n >= maxLogRequestsPerNode {
+		return status.Errorf(codes.ResourceExhausted, "node %s already serves %d log requests through hub %s; try again when some have ended", lr.node, n, h.opts.Name)
+	}
+	h.logReqs[id] = lr
+	return nil
+}
+
 // logAnswerTimeout bounds the wait for an agent's first chunk: an agent
 // that does not know LogRequests ignores them.
 const logAnswerTimeout = 30 * time.Second
@@ -174,15 +205,25 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 		if !ok || tok == "" {
 			continue
 		}
+		now := h.opts.Clock.Now()
+		if e, ok := h.reviews.get(tok, now); ok {
+			if e.user == nil {
+				return nil, status.Error(codes.Unauthenticated, e.reason)
+			}
+			return e.user, nil
+		}
 		tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
 		if err := h.opts.Client.Create(ctx, tr); err != nil {
+			// Not cached: the apiserver did not answer.
 			return nil, status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
 		}
+		h.metrics.tokenReviews.Inc()
 		if !tr.Status.Authenticated {
 			msg := "the bearer token is not valid"
 			if tr.Status.Error != "" {
 				msg += ": " + tr.Status.Error
 			}
+			h.reviews.put(tok, nil, msg, now)
 			return nil, status.Error(codes.Unauthenticated, msg)
 		}
 		u := &user{name: tr.Status.User.Username, uid: tr.Status.User.UID, groups: tr.Status.User.Groups}
@@ -192,6 +233,7 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 				u.extra[k] = authzv1.ExtraValue(v)
 			}
 		}
+		h.reviews.put(tok, u, "", now)
 		return u, nil
 	}
 	return nil, status.Error(codes.Unauthenticated, "present a client certificate signed by the kube-apiserver's client CA or a bearer token (your kubeconfig's credentials)")
@@ -263,9 +305,9 @@ func (h *Hub) TaskLogs(req *operatorv1.TaskLogsRequest, stream grpc.ServerStream
 
 	id := protocol.NewID()
 	lr := &logRequest{node: node, ch: make(chan *agentv1.LogChunk, 4), done: make(chan struct{}), stalled: make(chan struct{})}
-	h.logMu.Lock()
-	h.logReqs[id] = lr
-	h.logMu.Unlock()
+	if err := h.addLogRequest(id, lr); err != nil {
+		return err
+	}
 	defer func() {
 		h.logMu.Lock()
 		delete(h.logReqs, id)

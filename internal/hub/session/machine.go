@@ -17,6 +17,11 @@ const (
 	// the stream resyncs with a snapshot, which carries them, once the
 	// queue has drained.
 	DefaultQueueLimit = 256
+	// DefaultQueueBytesLimit bounds the same queue in bytes (encoded
+	// envelopes): 256 envelopes of up to protocol.MaxEnvelopeBytes each
+	// would let one node hold a quarter of a GiB of a hub's memory. A
+	// queue holds at least one envelope, whatever its size.
+	DefaultQueueBytesLimit = 8 << 20
 	// DefaultSeenLimit bounds how many agent envelope ids are remembered
 	// to spot re-sends.
 	DefaultSeenLimit = 512
@@ -44,6 +49,9 @@ type Config struct {
 	Batching bool
 	// QueueLimit bounds the queue. Default: DefaultQueueLimit.
 	QueueLimit int
+	// QueueBytesLimit bounds the queue's encoded size. Default:
+	// DefaultQueueBytesLimit.
+	QueueBytesLimit int
 	// SeenLimit bounds the remembered agent envelope ids. Default:
 	// DefaultSeenLimit.
 	SeenLimit int
@@ -110,11 +118,16 @@ type Machine struct {
 	node       string
 	batching   bool
 	queueLimit int
+	queueBytes int // limit
 	newID      func() string
 
 	reason string // why it was closed; "" while open
 	rev    uint64 // last hub->agent revision taken
 	queue  []*agentv1.Envelope
+	// sizes are the encoded sizes of queue's envelopes, as they were
+	// queued; queued is their sum.
+	sizes  []int
+	queued int
 	// snap is a snapshot that met a full queue: Next sends it before what
 	// is queued, which it supersedes (the agent acks those as stale).
 	snap *agentv1.Envelope
@@ -150,6 +163,9 @@ func New(cfg Config) *Machine {
 	if cfg.QueueLimit <= 0 {
 		cfg.QueueLimit = DefaultQueueLimit
 	}
+	if cfg.QueueBytesLimit <= 0 {
+		cfg.QueueBytesLimit = DefaultQueueBytesLimit
+	}
 	if cfg.SeenLimit <= 0 {
 		cfg.SeenLimit = DefaultSeenLimit
 	}
@@ -160,6 +176,7 @@ func New(cfg Config) *Machine {
 		node:       cfg.Node,
 		batching:   cfg.Batching,
 		queueLimit: cfg.QueueLimit,
+		queueBytes: cfg.QueueBytesLimit,
 		newID:      cfg.NewID,
 		rev:        cfg.HubRevision,
 		seen:       seen{limit: cfg.SeenLimit},
@@ -183,6 +200,15 @@ func (m *Machine) Pending() int { return len(m.pending) }
 
 // Queued is how many envelopes wait for the stream.
 func (m *Machine) Queued() int { return len(m.queue) }
+
+// QueuedBytes is the encoded size of the envelopes waiting for the stream.
+func (m *Machine) QueuedBytes() int { return m.queued }
+
+// full says whether an envelope of n bytes finds no room on the queue: by
+// count, or by bytes unless the queue is empty (a queue always takes one).
+func (m *Machine) full(n int) bool {
+	return len(m.queue) >= m.queueLimit || (len(m.queue) > 0 && m.queued+n > m.queueBytes)
+}
 
 // Reason is why the Machine was closed, "" while it is open.
 func (m *Machine) Reason() string { return m.reason }
@@ -226,14 +252,15 @@ func (m *Machine) take(floor uint64, build func(rev uint64) *agentv1.Envelope) (
 	// The agent ignores (and never acks) a malformed envelope, and its
 	// stream breaks on an oversized one: refuse them here, where the
 	// caller learns why, before the revision is used up.
-	if err := check(env); err != nil {
+	n, err := check(env)
+	if err != nil {
 		return nil, 0, err
 	}
 	m.rev = rev
 	if env.GetKind() == agentv1.Kind_KIND_SNAPSHOT {
-		return env, Queued, m.pushSnapshot(env)
+		return env, Queued, m.pushSnapshot(env, n)
 	}
-	if !m.resync && len(m.queue) >= m.queueLimit {
+	if !m.resync && m.full(n) {
 		// Counted as building until the resync snapshot begins, so that
 		// recent keeps what it must carry.
 		m.resync, m.resyncMark = true, rev-1
@@ -243,21 +270,23 @@ func (m *Machine) take(floor uint64, build func(rev uint64) *agentv1.Envelope) (
 		m.recent = append(m.recent, env)
 		return env, Deferred, nil
 	}
-	m.enqueue(env)
+	m.enqueue(env, n)
 	if m.builds > 0 {
 		m.recent = append(m.recent, env)
 	}
 	return env, Queued, nil
 }
 
-func check(env *agentv1.Envelope) error {
+// check validates env and returns its encoded size.
+func check(env *agentv1.Envelope) (int, error) {
 	if err := protocol.Validate(env); err != nil {
-		return err
+		return 0, err
 	}
-	if n := proto.Size(env); n > protocol.MaxEnvelopeBytes {
-		return fmt.Errorf("%s is %d bytes, more than the protocol's %d: %w", env.GetKind(), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
+	n := proto.Size(env)
+	if n > protocol.MaxEnvelopeBytes {
+		return 0, fmt.Errorf("%s is %d bytes, more than the protocol's %d: %w", env.GetKind(), n, protocol.MaxEnvelopeBytes, protocol.ErrTooLarge)
 	}
-	return nil
+	return n, nil
 }
 
 func (m *Machine) seal(env *agentv1.Envelope) *agentv1.Envelope {
@@ -265,9 +294,11 @@ func (m *Machine) seal(env *agentv1.Envelope) *agentv1.Envelope {
 	return env
 }
 
-// enqueue puts env on the queue, pending until acked. There is room.
-func (m *Machine) enqueue(env *agentv1.Envelope) {
-	m.queue = append(m.queue, env)
+// enqueue puts env, of n bytes, on the queue, pending until acked. There
+// is room.
+func (m *Machine) enqueue(env *agentv1.Envelope, n int) {
+	m.queue, m.sizes = append(m.queue, env), append(m.sizes, n)
+	m.queued += n
 	m.track(env)
 }
 
@@ -281,9 +312,9 @@ func (m *Machine) track(env *agentv1.Envelope) {
 // pushSnapshot queues a snapshot. One that meets a full queue carries the
 // node's whole state at a later revision than anything queued, so it waits
 // in the snapshot slot and goes first; a second one closes the stream.
-func (m *Machine) pushSnapshot(env *agentv1.Envelope) error {
-	if len(m.queue) < m.queueLimit {
-		m.enqueue(env)
+func (m *Machine) pushSnapshot(env *agentv1.Envelope, n int) error {
+	if !m.full(n) {
+		m.enqueue(env, n)
 		return nil
 	}
 	if m.snap != nil {
@@ -299,16 +330,18 @@ func (m *Machine) pushSnapshot(env *agentv1.Envelope) error {
 // request), without tracking it as pending. It is refused when the queue
 // is full: the caller may retry.
 func (m *Machine) Send(env *agentv1.Envelope) error {
-	if err := protocol.Validate(env); err != nil {
+	n, err := check(env)
+	if err != nil {
 		return err
 	}
 	if m.reason != "" {
 		return m.closedErr()
 	}
-	if len(m.queue) >= m.queueLimit {
+	if m.full(n) {
 		return fmt.Errorf("%w; try again", ErrQueueFull)
 	}
-	m.queue = append(m.queue, env)
+	m.queue, m.sizes = append(m.queue, env), append(m.sizes, n)
+	m.queued += n
 	return nil
 }
 
@@ -320,12 +353,13 @@ func (m *Machine) Push(env *agentv1.Envelope) error {
 	if m.reason != "" {
 		return m.closedErr()
 	}
-	if len(m.queue) >= m.queueLimit {
+	n := proto.Size(env)
+	if m.full(n) {
 		m.Close("send queue full")
 		return fmt.Errorf("%w; the agent will resync on reconnect", ErrQueueFull)
 	}
 	m.rev = max(m.rev, env.GetRevision())
-	m.enqueue(env)
+	m.enqueue(env, n)
 	return nil
 }
 
@@ -357,8 +391,10 @@ func (m *Machine) pop() *agentv1.Envelope {
 	env := m.queue[0]
 	m.queue[0] = nil
 	m.queue = m.queue[1:]
+	m.queued -= m.sizes[0]
+	m.sizes = m.sizes[1:]
 	if len(m.queue) == 0 {
-		m.queue = nil // an idle stream holds no queue
+		m.queue, m.sizes = nil, nil // an idle stream holds no queue
 	}
 	return env
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,7 +79,7 @@ func TestClosedRefusesEverything(t *testing.T) {
 func TestBatchesKeepTheProtocol(t *testing.T) {
 	for _, spec := range []int{0, 100 << 10, 400 << 10, protocol.MaxSpecBytes} {
 		t.Run(fmt.Sprint("spec ", spec), func(t *testing.T) {
-			m := New(Config{Node: "n1", Batching: true, QueueLimit: 600})
+			m := New(Config{Node: "n1", Batching: true, QueueLimit: 600, QueueBytesLimit: 600 * protocol.MaxEnvelopeBytes})
 			var firsts []*agentv1.Envelope
 			for i := range 600 {
 				env, _, err := m.Dispatch(&agentv1.WorkItem{Uid: fmt.Sprint("w", i), Type: "noop", Spec: make([]byte, spec)})
@@ -109,6 +110,51 @@ func TestBatchesKeepTheProtocol(t *testing.T) {
 				t.Fatalf("sent %d items, %d pending, %d batches left; want 600, 0, 0", sent, m.Pending(), len(m.batches))
 			}
 		})
+	}
+}
+
+// TestQueueIsBoundedInBytes: Dispatches that would take the queue past
+// its byte limit are deferred to the resync snapshot like those meeting a
+// full count, log requests are refused, and an empty queue still takes one
+// envelope of any size.
+func TestQueueIsBoundedInBytes(t *testing.T) {
+	const spec = 100 << 10
+	m := New(Config{Node: "n1", QueueBytesLimit: 3 * spec})
+	big := func(i int) *agentv1.WorkItem {
+		return &agentv1.WorkItem{Uid: fmt.Sprint("w", i), Type: "noop", Spec: make([]byte, spec)}
+	}
+	var outcomes []Outcome
+	for i := range 5 {
+		_, o, err := m.Dispatch(big(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		outcomes = append(outcomes, o)
+	}
+	if want := []Outcome{Queued, Queued, Deferred, Deferred, Deferred}; !slices.Equal(outcomes, want) {
+		t.Fatalf("outcomes %v, want %v (two %d-byte envelopes fit in %d bytes)", outcomes, want, spec, 3*spec)
+	}
+	if m.QueuedBytes() <= 2*spec || m.QueuedBytes() > 3*spec {
+		t.Fatalf("QueuedBytes = %d, want the two queued envelopes' size", m.QueuedBytes())
+	}
+	if err := m.Send(protocol.NewLogRequest("n1", &agentv1.LogRequest{RequestId: "r", Uid: "w", Stream: "stdout"})); err != nil {
+		t.Fatalf("a small log request still fits: %v", err)
+	}
+	for range 3 {
+		if a, _ := m.Next(); a != Send {
+			t.Fatalf("Next = %v, want send", a)
+		}
+	}
+	if m.QueuedBytes() != 0 {
+		t.Fatalf("QueuedBytes = %d after draining, want 0", m.QueuedBytes())
+	}
+	if a, _ := m.Next(); a != Resync {
+		t.Fatalf("Next = %v after draining, want resync", a)
+	}
+
+	one := New(Config{Node: "n1", QueueBytesLimit: 10})
+	if _, o, err := one.Dispatch(big(0)); err != nil || o != Queued {
+		t.Fatalf("an empty queue takes one envelope over the byte limit: %v, %v", o, err)
 	}
 }
 
