@@ -183,6 +183,8 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "create", ops, "nodetaskslices", "", "", true},
 			{managerSA, "update", ops, "nodeupgradejobs/status", "", "", true},
 			{managerSA, "patch", fleet, "fleetnodes/status", "", "", true},
+			{managerSA, "watch", fleet, "nodegrants", "", "", true},
+			{managerSA, "list", "", "namespaces", "", "", true},
 			{managerSA, "get", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
 			{managerSA, "create", "coordination.k8s.io", "leases", ns, "", true},
 			{managerSA, "create", "", "events", ns, "", true},
