@@ -306,6 +306,13 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}}); err != nil {
 		t.Fatal(err)
 	}
+	// The tenancy policy: the namespace may run work on the test's node
+	// (the manager must read grants to place the task).
+	grant := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"rbac-tasks"},
+		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kind": "rbac"}}}}
+	if err := env.Client.Create(ctx, grant); err != nil {
+		t.Fatal(err)
+	}
 	job := &batchv1.FleetJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "rbac", Namespace: "rbac-tasks"},
 		Spec: batchv1.FleetJobSpec{
