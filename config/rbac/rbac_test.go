@@ -183,6 +183,8 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "create", ops, "nodetaskslices", "", "", true},
 			{managerSA, "update", ops, "nodeupgradejobs/status", "", "", true},
 			{managerSA, "patch", fleet, "fleetnodes/status", "", "", true},
+			{managerSA, "watch", fleet, "nodegrants", "", "", true},
+			{managerSA, "list", "", "namespaces", "", "", true},
 			{managerSA, "get", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
 			{managerSA, "create", "coordination.k8s.io", "leases", ns, "", true},
 			{managerSA, "create", "", "events", ns, "", true},
@@ -302,6 +304,13 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		"--state-dir", filepath.Join(dir, "agent"), "--labels", "kind=rbac", "--heartbeat-interval", "1s")
 
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The tenancy policy: the namespace may run work on the test's node
+	// (the manager must read grants to place the task).
+	grant := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"rbac-tasks"},
+		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kind": "rbac"}}}}
+	if err := env.Client.Create(ctx, grant); err != nil {
 		t.Fatal(err)
 	}
 	job := &batchv1.FleetJob{

@@ -17,6 +17,7 @@ import (
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/scheduler"
+	"github.com/drover-fleet/drover/internal/tenancy"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
 
@@ -234,6 +235,10 @@ func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The node is granted to the task's namespace: only its labels
+		// and capacity are tested here.
+		p, _ := tenancy.Compile([]fleetv1.NodeGrant{{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"ns"}}}})
+		tk.Access = p.For("ns", nil)
 		return c.Place(tk)
 	}
 	if r := place(map[string]string{"zone": "z1"}, "1"); r.Node != node {

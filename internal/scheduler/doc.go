@@ -8,6 +8,12 @@
 // node holds. Place filters the nodes for one task:
 //
 //   - spec.nodeName, if set, leaves only that node;
+//   - a NodeGrant of the task's namespace must select the node and allow
+//     the task's user, group and working dir as a whole (Task.Access,
+//     internal/tenancy; the caller compiles the grants, and a task without
+//     an Access fits nowhere). The policy is checked before the node's
+//     state, so a namespace's messages count the nodes it is not granted
+//     without saying what they are doing;
 //   - the node must be Online and not unschedulable;
 //   - its labels must match the task's nodeSelector;
 //   - its capacity minus what its tasks hold must cover the task's resources;
@@ -17,7 +23,9 @@
 // then picks the least loaded of the nodes left and counts the task
 // against it, so the next Place sees it. A task that fits nowhere gets a
 // message in kube-scheduler's words ("0/5 nodes are available: 2 Offline,
-// 1 insufficient cpu.").
+// 1 insufficient cpu."). When the policy alone rules the task out (its
+// nodeName is not granted, or its namespace may run that work nowhere),
+// Result.Denied says so in the policy's words.
 //
 // Sort orders pending tasks: higher priority first, then older first.
 package scheduler

@@ -13,6 +13,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/tenancy"
 )
 
 // Node is what the scheduler knows of a FleetNode.
@@ -51,6 +52,13 @@ type Task struct {
 	Spread   *batchv1.SpreadConstraint
 	// Preferred weighs the nodes that fit: the highest sum wins.
 	Preferred []Preference
+	// Work is what the task asks of the node's policy: its user, group
+	// and working dir.
+	Work tenancy.Work
+	// Access is what the task's namespace is granted
+	// (tenancy.Policy.For). TaskFrom leaves it granting nothing: a task
+	// whose caller does not set it fits nowhere (fail closed).
+	Access tenancy.Access
 }
 
 // Preference is a soft affinity term: Weight for the nodes Selector matches.
@@ -69,6 +77,8 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 		Resources: t.Spec.Resources,
 		NodeName:  t.Spec.NodeName,
 		Spread:    t.Spec.Spread,
+		Work:      WorkOf(t),
+		Access:    tenancy.Access{Namespace: t.Namespace},
 	}
 	if g := t.Labels[batchv1.LabelTaskGroup]; g != "" {
 		out.Group = t.Namespace + "/" + g
@@ -98,6 +108,15 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 	return out, nil
 }
 
+// WorkOf is what t asks of a NodeGrant.
+func WorkOf(t *batchv1.Task) tenancy.Work {
+	w := tenancy.Work{WorkingDir: t.Spec.WorkingDir}
+	if sc := t.Spec.SecurityContext; sc != nil {
+		w.RunAsUser, w.RunAsGroup = sc.RunAsUser, sc.RunAsGroup
+	}
+	return w
+}
+
 // Sort orders tasks for placement: higher priority first, then older,
 // then by key so that the order is total.
 func Sort(tasks []Task) {
@@ -115,7 +134,10 @@ func Sort(tasks []Task) {
 
 // Reasons a node is not eligible, as counted in a Result's message.
 const (
-	ReasonNodeName      = "did not match nodeName"
+	ReasonNodeName = "did not match nodeName"
+	// ReasonNotGranted: no NodeGrant of the task's namespace both selects
+	// the node and allows the task's user, group and working dir.
+	ReasonNotGranted    = "not granted to the namespace"
 	ReasonUnschedulable = "unschedulable"
 	// ReasonDisconnected: Online, but its agent's stream ended (it may be
 	// gone; Offline after the offline timeout unless it reconnects).
@@ -137,6 +159,12 @@ type Result struct {
 	Reasons map[string]int
 	// Message says why the task fits nowhere, in kube-scheduler's words.
 	Message string
+	// Denied is set when the tenancy policy alone keeps the task off
+	// every node, whatever their state: the node its nodeName names is
+	// not granted (Message is then Denied's text, which names the
+	// grants), or its namespace may run this work on no node at all
+	// (Message ends with Denied's text).
+	Denied error
 }
 
 type node struct {
@@ -189,10 +217,13 @@ func (c *Cluster) Hold(t Task, nodeName string) {
 
 // Place chooses a node for t and holds it there, or says why none fits.
 func (c *Cluster) Place(t Task) Result {
+	// Work that no grant of the namespace allows (by user, group or dir)
+	// is allowed on no node: one check instead of one per node.
+	nowhere := t.Access.Check(t.Work)
 	reasons := map[string]int{}
 	var candidates []*node
 	for _, n := range c.nodes {
-		if r := n.staticReason(t); r != "" {
+		if r := n.staticReason(t, nowhere == nil); r != "" {
 			reasons[r]++
 			continue
 		}
@@ -218,7 +249,16 @@ func (c *Cluster) Place(t Task) Result {
 		fit = append(fit, n)
 	}
 	if len(fit) == 0 {
-		return Result{Reasons: reasons, Message: message(len(c.nodes), reasons)}
+		r := Result{Reasons: reasons, Message: message(len(c.nodes), reasons)}
+		switch pinned := c.byName[t.NodeName]; {
+		case pinned != nil && reasons[ReasonNotGranted] > 0:
+			r.Denied = t.Access.CheckNode(t.Work, pinned.Name, pinned.Labels)
+			r.Message = r.Denied.Error()
+		case nowhere != nil:
+			r.Denied = nowhere
+			r.Message += " " + nowhere.Error()
+		}
+		return r
 	}
 	best := fit[0]
 	bestPref, bestLoad := best.preference(t), best.load(t)
@@ -233,10 +273,15 @@ func (c *Cluster) Place(t Task) Result {
 }
 
 // staticReason is why n can never take t, whatever it holds; "" if it can.
-func (n *node) staticReason(t Task) string {
+// anywhere: some grant of t's namespace allows t's work on some node.
+// The policy comes before the node's state, so that a namespace learns
+// nothing of the nodes it is not granted.
+func (n *node) staticReason(t Task, anywhere bool) string {
 	switch {
 	case t.NodeName != "" && t.NodeName != n.Name:
 		return ReasonNodeName
+	case !anywhere || !t.Access.Allows(t.Work, n.Labels):
+		return ReasonNotGranted
 	case n.Phase != fleetv1.FleetNodeOnline:
 		if n.Phase == "" {
 			return "Unknown"

@@ -12,6 +12,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/tenancy"
 )
 
 func res(kv ...string) corev1.ResourceList {
@@ -35,7 +36,21 @@ func task(key string, mutate func(*batchv1.Task)) Task {
 	if err != nil {
 		panic(err)
 	}
+	out.Access = everyNode.For(t.Namespace, nil)
 	return out
+}
+
+// everyNode grants namespace ns every node, as its task user: the policy
+// of the tests that are not about tenancy.
+var everyNode = policy(fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "all"},
+	Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"ns"}}})
+
+func policy(grants ...fleetv1.NodeGrant) *tenancy.Policy {
+	p, errs := tenancy.Compile(grants)
+	if len(errs) > 0 {
+		panic(fmt.Sprint(errs))
+	}
+	return p
 }
 
 func TestPlace(t *testing.T) {

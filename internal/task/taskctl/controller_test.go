@@ -59,15 +59,30 @@ func TestMain(m *testing.M) {
 var namespaces atomic.Int32
 
 // start runs the task controllers with clock until the test ends, in a new
-// namespace named after base, which it returns. At the end the test's
-// FleetNodes and objects are deleted, so that the next test's scheduler
-// sees only its own.
+// namespace named after base, which it returns, granted every node (a
+// NodeGrant: the scheduler places nothing in a namespace without one). At
+// the end the test's FleetNodes and objects are deleted, so that the next
+// test's scheduler sees only its own.
 func start(t *testing.T, base string, clock *clocktest.Fake) string {
+	t.Helper()
+	var opts taskctl.Options
+	if clock != nil {
+		opts.Clock = clock
+	}
+	return startWith(t, base, opts, true)
+}
+
+// startWith is start with opts (the clock among them; nil: the real one)
+// and, unless granted, no NodeGrant for the namespace.
+func startWith(t *testing.T, base string, opts taskctl.Options, granted bool) string {
 	t.Helper()
 	ctx := context.Background()
 	ns := fmt.Sprintf("%s-%d", base, namespaces.Add(1))
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
+	}
+	if granted {
+		grant(t, "all-"+ns, fleetv1.NodeGrantSpec{Namespaces: []string{ns}})
 	}
 	skip := true // each test runs its own manager with the same controllers
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -75,10 +90,7 @@ func start(t *testing.T, base string, clock *clocktest.Fake) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := taskctl.Options{DispatchTimeout: time.Minute, RecorderName: "test"}
-	if clock != nil {
-		opts.Clock = clock
-	}
+	opts.DispatchTimeout, opts.RecorderName = time.Minute, "test"
 	if err := taskctl.Setup(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +118,22 @@ func start(t *testing.T, base string, clock *clocktest.Fake) string {
 		}
 	})
 	return ns
+}
+
+// grant creates a NodeGrant for the rest of the test: the tenancy policy
+// an administrator sets.
+func grant(t *testing.T, name string, spec fleetv1.NodeGrantSpec) *fleetv1.NodeGrant {
+	t.Helper()
+	g := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	if err := env.Client.Create(context.Background(), g); err != nil {
+		t.Fatalf("create NodeGrant %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), g); client.IgnoreNotFound(err) != nil {
+			t.Errorf("delete NodeGrant %s: %v", name, err)
+		}
+	})
+	return g
 }
 
 func cpu(v string) corev1.ResourceList {

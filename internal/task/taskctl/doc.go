@@ -5,12 +5,31 @@
 //   - TaskGroupReconciler makes a group's Tasks and counts their states;
 //   - Scheduler is one loop for all Pending tasks: it orders them (priority,
 //     then age) and places them with internal/scheduler, Pending → Scheduled
-//     with status.nodeName and status.attempt;
+//     with status.nodeName and status.attempt, only on nodes a NodeGrant of
+//     the task's namespace selects and that allows the task's user, group
+//     and workingDir (internal/tenancy; the admission webhook checks the
+//     same, and the scheduler checks again, failing closed);
 //   - TaskReconciler reacts to what hubs write: a Failed attempt restarts
 //     under restartPolicy OnFailure after its backoff; an attempt whose node
 //     goes Offline, or that its Online node did not start within the
 //     dispatch timeout, is recorded in the history and, under
 //     reschedulePolicy OnNodeLost, made again as a new attempt elsewhere.
+//
+// Tenancy: the scheduler watches NodeGrants and namespaces' labels (a
+// grant may choose namespaces by label), so a task waiting for a grant is
+// placed once one is made; it waits with reason NotGranted and the
+// policy's words when the policy alone keeps it off every node (its
+// nodeName is not granted, or no grant allows its user, group or dir).
+// Like kube's requiredDuringSchedulingIgnoredDuringExecution, a grant
+// removed or narrowed does not stop work already placed: the policy is
+// checked when an attempt is placed, and a new attempt (a restart, a
+// reschedule) is placed afresh under the grants then in force. A TaskGroup
+// whose Tasks the API refuses (the tenancy webhook's Forbidden, a schema's
+// Invalid), or a FleetJob whose TaskGroups it refuses, says so with a
+// CreateFailed condition (shown by `kubectl describe`, the job shows its
+// groups' too) and a FailedCreate Event, and asks again after a minute or
+// as soon as a NodeGrant or the namespace's labels change, not in a hot
+// error loop.
 //
 // The manager never writes Dispatching, Running or Completed: the hub
 // serving the node does, always for the attempt in status.attempt. A new
@@ -18,13 +37,16 @@
 // longer holds the old attempt and the agent cancels it if the node comes
 // back: an attempt is never run twice.
 //
-// Events: Scheduled and FailedScheduling (once per distinct message) on
-// Tasks; BackOff, NodeLost, DispatchTimeout and AttemptsExhausted when an
-// attempt ends; Running, Completed and Failed on TaskGroups and FleetJobs
-// when their phase changes. Metrics (controller-runtime's registry):
+// Events: Scheduled, FailedScheduling and NotGranted (once per distinct
+// message) on Tasks; BackOff, NodeLost, DispatchTimeout and
+// AttemptsExhausted when an attempt ends; Running, Completed and Failed on
+// TaskGroups and FleetJobs when their phase changes, and FailedCreate when
+// the API refuses what they create; GrantsNothing on a NodeGrant whose
+// selectors do not parse. Metrics (controller-runtime's registry):
 // drover_tasks_scheduled_total, drover_tasks_unschedulable_total,
 // drover_task_restarts_total, drover_task_reschedules_total{reason},
-// drover_tasks_failed_total{reason}, drover_scheduler_pending_tasks and
+// drover_tasks_failed_total{reason}, drover_scheduler_pending_tasks,
+// drover_scheduler_not_granted_tasks and
 // drover_scheduler_loop_duration_seconds.
 //
 // A deleted job's groups and a deleted group's tasks are deleted by these

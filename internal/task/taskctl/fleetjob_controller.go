@@ -2,10 +2,13 @@ package taskctl
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +35,9 @@ type FleetJobReconciler struct {
 	APIReader client.Reader
 	// Clock stamps condition transitions; nil: the wall clock.
 	Clock clock.Clock
+	// CreateRetry is how soon a job whose TaskGroups the API refused asks
+	// again. Default 1m.
+	CreateRetry time.Duration
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=fleetjobs,verbs=get;list;watch
@@ -40,6 +46,9 @@ type FleetJobReconciler struct {
 
 // SetupWithManager registers the controller.
 func (r *FleetJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.CreateRetry <= 0 {
+		r.CreateRetry = time.Minute
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("fleetjob").
 		For(&batchv1.FleetJob{}).
@@ -87,6 +96,7 @@ type jobRun struct {
 	groups   map[string]*batchv1.TaskGroup // the job's groups by TaskGroup name
 	unwanted []*batchv1.TaskGroup
 	stale    bool // a group exists that the cache does not show as ours
+	refused  []refusal
 }
 
 // groupName is the TaskGroup of the job's group tmpl.
@@ -172,6 +182,10 @@ func (w *jobRun) syncGroups(ctx context.Context) (reconcile.Result, error) {
 				if apierrors.IsConflict(err) {
 					return ctrlkit.RequeueImmediately()
 				}
+				if refused(err) {
+					w.refused = append(w.refused, refusal{kind: "TaskGroup", name: name, err: fmt.Errorf("update: %w", err)})
+					continue
+				}
 				return ctrlkit.RequeueIfErrorAndWrap("update TaskGroup "+name, err)
 			}
 			w.groups[name] = g
@@ -200,6 +214,11 @@ func (w *jobRun) syncGroups(ctx context.Context) (reconcile.Result, error) {
 				default:
 					w.stale = true
 				}
+				continue
+			}
+			if refused(err) {
+				// Said on the job's status; asked again after CreateRetry.
+				w.refused = append(w.refused, refusal{kind: "TaskGroup", name: name, err: err})
 				continue
 			}
 			return ctrlkit.RequeueIfErrorAndWrap("create TaskGroup "+name, err)
@@ -249,9 +268,12 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		}
 	}
 	st.ObservedGeneration = job.Generation
-	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation), clock.Or(w.r.Clock).Now())
+	now := clock.Or(w.r.Clock).Now()
+	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation), now)
+	refusedMsg := w.refusedMessage()
+	newRefusal := setCreateFailed(&st.Conditions, refusedMsg, job.Generation, now)
 	if equality.Semantic.DeepEqual(before, st) {
-		return ctrlkit.NoRequeue()
+		return w.requeue()
 	}
 	if err := w.r.Client.Status().Update(ctx, job); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -262,6 +284,35 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	if before.Phase != st.Phase {
 		log.FromContext(ctx).Info("fleet job phase", "phase", st.Phase, "total", total.Total, "completed", total.Completed, "failed", total.Failed)
 	}
+	if newRefusal && w.r.Recorder != nil {
+		w.r.Recorder.Eventf(job, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreateTaskGroup", "%s", refusedMsg)
+	}
 	phaseEvent(w.r.Recorder, job, before.Phase, st.Phase, st.Conditions)
+	return w.requeue()
+}
+
+// refusedMessage is the job's CreateFailed message: the groups the API
+// refused, else the first of its groups whose tasks it refused; "" if none.
+func (w *jobRun) refusedMessage() string {
+	if len(w.refused) > 0 {
+		return createFailedMessage(w.refused)
+	}
+	for _, tmpl := range w.job.Spec.TaskGroups {
+		name := groupName(w.job.Name, tmpl.Name)
+		if g := w.groups[name]; g != nil {
+			if c := meta.FindStatusCondition(g.Status.Conditions, ConditionCreateFailed); c != nil && c.Status == metav1.ConditionTrue {
+				return "TaskGroup " + name + ": " + c.Message
+			}
+		}
+	}
+	return ""
+}
+
+// requeue asks again after CreateRetry if the API refused some groups
+// (their tasks' refusals are the groups' to retry).
+func (w *jobRun) requeue() (reconcile.Result, error) {
+	if len(w.refused) > 0 {
+		return ctrlkit.RequeueAfter(w.r.CreateRetry)
+	}
 	return ctrlkit.NoRequeue()
 }

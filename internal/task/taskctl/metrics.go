@@ -28,6 +28,9 @@ var (
 	schedulerPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "drover_scheduler_pending_tasks", Help: "Pending tasks due for placement at the last scheduling loop.",
 	})
+	schedulerNotGranted = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "drover_scheduler_not_granted_tasks", Help: "Pending tasks placed nowhere at the last scheduling loop that the tenancy policy (NodeGrants of their namespace) kept off some or all nodes.",
+	})
 	schedulerLoop = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "drover_scheduler_loop_duration_seconds", Help: "Duration of one scheduling loop, writes included.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
@@ -38,7 +41,7 @@ var (
 // the controllers are set up, so that a process without them (a standalone
 // hub) does not serve them at zero. Setting up twice is harmless.
 func registerMetrics() {
-	for _, c := range []prometheus.Collector{tasksScheduled, tasksUnschedulable, taskRestarts, taskReschedules, tasksFailed, schedulerPending, schedulerLoop} {
+	for _, c := range []prometheus.Collector{tasksScheduled, tasksUnschedulable, taskRestarts, taskReschedules, tasksFailed, schedulerPending, schedulerNotGranted, schedulerLoop} {
 		if err := metrics.Registry.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err) // a name clash is a programming error
 		}

@@ -52,6 +52,9 @@ type Scheduler struct {
 	// as kube-scheduler's assume cache does: without it a loop running on
 	// a stale cache would see the node emptier than it is.
 	assumed map[types.UID]assumption
+	// badGrants: the NodeGrants that do not compile, by uid, at the
+	// generation last reported.
+	badGrants map[types.UID]int64
 }
 
 type assumption struct {
@@ -64,9 +67,12 @@ type assumption struct {
 // +kubebuilder:rbac:groups=batch.drover.io,resources=tasks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch.drover.io,resources=tasks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.drover.io,resources=nodegrants,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the loop.
+// SetupWithManager registers the loop. NodeGrants and namespaces' labels
+// are watched too: a task waiting for a grant is placed once one is made.
 func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
 	s.Clock = clock.Or(s.Clock)
 	if s.Writers <= 0 {
@@ -80,6 +86,8 @@ func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("task-scheduler").
 		Watches(&batchv1.Task{}, always, onUpdate(taskMatters)).
 		Watches(&fleetv1.FleetNode{}, always, onUpdate(nodeMatters)).
+		Watches(&fleetv1.NodeGrant{}, always, onUpdate(grantMatters)).
+		Watches(&corev1.Namespace{}, always, builder.OnlyMetadata, onUpdate(namespaceMatters)).
 		Complete(s)
 }
 
@@ -106,6 +114,7 @@ type decision struct {
 	st      scheduler.Task
 	node    string
 	message string
+	denied  bool // the tenancy policy alone rules it out
 }
 
 // Reconcile runs one scheduling loop.
@@ -176,20 +185,35 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 	s.mu.Unlock()
 	schedulerPending.Set(float64(len(due)))
 
+	policy, err := s.policy(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	access, err := s.accessOf(ctx, policy, due)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
 	order := make([]scheduler.Task, 0, len(due))
 	byKey := make(map[string]*decision, len(due))
 	for i := range due {
 		if due[i].st.Key != "" {
+			due[i].st.Access = access[due[i].task.Namespace]
 			order = append(order, due[i].st)
 			byKey[due[i].st.Key] = &due[i]
 		}
 	}
 	scheduler.Sort(order)
+	notGranted := 0
 	for _, st := range order {
 		d := byKey[st.Key]
 		r := cluster.Place(st)
-		d.node, d.message = r.Node, r.Message
+		d.node, d.message, d.denied = r.Node, r.Message, r.Denied != nil
+		if r.Node == "" && (r.Denied != nil || r.Reasons[scheduler.ReasonNotGranted] > 0) {
+			notGranted++
+		}
 	}
+	schedulerNotGranted.Set(float64(notGranted))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.Writers)
@@ -236,13 +260,17 @@ func (s *Scheduler) write(ctx context.Context, d *decision, now time.Time) error
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionTrue,
 			Reason: batchv1.ReasonScheduled, Message: st.Message, LastTransitionTime: metav1.NewTime(now), ObservedGeneration: t.Generation})
 	} else {
-		if d.task.Status.State == batchv1.TaskPending && d.task.Status.Reason == batchv1.ReasonUnschedulable && d.task.Status.Message == d.message {
+		reason := batchv1.ReasonUnschedulable
+		if d.denied {
+			reason = ReasonNotGranted
+		}
+		if d.task.Status.State == batchv1.TaskPending && d.task.Status.Reason == reason && d.task.Status.Message == d.message {
 			return nil // said already: no write, no Event
 		}
 		st.State = batchv1.TaskPending
-		st.Reason, st.Message = batchv1.ReasonUnschedulable, d.message
+		st.Reason, st.Message = reason, d.message
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionScheduled, Status: metav1.ConditionFalse,
-			Reason: batchv1.ReasonUnschedulable, Message: d.message, ObservedGeneration: t.Generation})
+			Reason: reason, Message: d.message, ObservedGeneration: t.Generation})
 	}
 	if err := s.Client.Status().Update(ctx, t); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -262,9 +290,13 @@ func (s *Scheduler) write(ctx context.Context, d *decision, now time.Time) error
 		return nil
 	}
 	tasksUnschedulable.Inc()
-	log.FromContext(ctx).Info("task unschedulable", "Task", client.ObjectKeyFromObject(t), "message", d.message)
+	log.FromContext(ctx).Info("task unschedulable", "Task", client.ObjectKeyFromObject(t), "reason", st.Reason, "message", d.message)
 	if s.Recorder != nil {
-		s.Recorder.Eventf(t, nil, corev1.EventTypeWarning, ReasonFailedScheduling, "Schedule", "%s", d.message)
+		reason := ReasonFailedScheduling
+		if d.denied {
+			reason = ReasonNotGranted
+		}
+		s.Recorder.Eventf(t, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", d.message)
 	}
 	return nil
 }

@@ -21,6 +21,9 @@ type Options struct {
 	DispatchTimeout time.Duration
 	// RecorderName names the Events' source. Default drover-manager.
 	RecorderName string
+	// CreateRetry is how soon a TaskGroup or FleetJob whose Tasks or
+	// TaskGroups the API refused asks again. Default 1m.
+	CreateRetry time.Duration
 }
 
 // Setup registers the FleetJob, TaskGroup and Task controllers, the
@@ -39,10 +42,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("index Tasks by node: %w", err)
 	}
 	rec := mgr.GetEventRecorder(opts.RecorderName)
-	if err := (&FleetJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
+	if err := (&FleetJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+		CreateRetry: opts.CreateRetry}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FleetJob controller: %w", err)
 	}
-	if err := (&TaskGroupReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
+	if err := (&TaskGroupReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+		CreateRetry: opts.CreateRetry}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up TaskGroup controller: %w", err)
 	}
 	if err := (&TaskReconciler{Client: mgr.GetClient(), Recorder: rec, Clock: opts.Clock, DispatchTimeout: opts.DispatchTimeout}).SetupWithManager(mgr); err != nil {

@@ -3,6 +3,7 @@ package taskctl
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,13 @@ const ConditionFailed = "Failed"
 // long the hub may take to start it.
 const ConditionScheduled = "Scheduled"
 
+// ConditionCreateFailed on TaskGroups and FleetJobs: True while the API
+// refuses to create some of a group's Tasks or a job's TaskGroups (the
+// tenancy admission webhook's Forbidden, a schema's Invalid), with the
+// API's answer as the message; removed once everything could be made. A
+// job also shows its groups' refusals. (ReplicaSets' ReplicaFailure.)
+const ConditionCreateFailed = "CreateFailed"
+
 // Reasons the manager writes, beside those of the batch API.
 const (
 	// ReasonDispatchTimeout: the attempt was not started within the dispatch
@@ -39,7 +47,55 @@ const (
 	// ReasonFailedScheduling is the Event reason for an unschedulable task
 	// (kube-scheduler's word).
 	ReasonFailedScheduling = "FailedScheduling"
+	// ReasonFailedCreate: the API refused a dependent object (the
+	// CreateFailed condition's reason and the Event's; kube's word).
+	ReasonFailedCreate = "FailedCreate"
 )
+
+// refusal is a create (or update) the API refused for what it asked.
+type refusal struct {
+	kind, name string
+	err        error
+}
+
+// createFailedMessage says what was refused: the first by name, in the
+// API's words, and how many more.
+func createFailedMessage(rs []refusal) string {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].name < rs[j].name })
+	msg := fmt.Sprintf("the API refused %s %s", rs[0].kind, rs[0].name)
+	if len(rs) > 1 {
+		msg += fmt.Sprintf(" (and %d more)", len(rs)-1)
+	}
+	msg += ": " + rs[0].err.Error()
+	if len(msg) > maxConditionMessage {
+		msg = msg[:maxConditionMessage-3] + "..."
+	}
+	return msg
+}
+
+// maxConditionMessage bounds a message quoted from elsewhere (the API
+// allows 32768 bytes; a describe should stay readable).
+const maxConditionMessage = 4096
+
+// setCreateFailed sets the CreateFailed condition from message ("" when
+// nothing was refused: the condition goes) and reports whether it is new
+// or says something new, which deserves an Event.
+func setCreateFailed(conds *[]metav1.Condition, message string, generation int64, now time.Time) bool {
+	if message == "" {
+		meta.RemoveStatusCondition(conds, ConditionCreateFailed)
+		return false
+	}
+	old := meta.FindStatusCondition(*conds, ConditionCreateFailed)
+	if old != nil && old.Status == metav1.ConditionTrue && old.Message == message {
+		if old.ObservedGeneration != generation {
+			old.ObservedGeneration = generation
+		}
+		return false
+	}
+	meta.SetStatusCondition(conds, metav1.Condition{Type: ConditionCreateFailed, Status: metav1.ConditionTrue, Reason: ReasonFailedCreate,
+		Message: message, ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)})
+	return true
+}
 
 // countedState is the state task t counts as: a Failed attempt that the
 // manager will restart counts as Pending, so that its group does not look

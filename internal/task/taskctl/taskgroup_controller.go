@@ -5,24 +5,29 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"golang.org/x/sync/errgroup"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/kname"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
@@ -45,20 +50,54 @@ type TaskGroupReconciler struct {
 	APIReader client.Reader
 	// Clock of activeDeadlineSeconds; nil: the real one.
 	Clock clock.Clock
+	// CreateRetry is how soon a group whose Tasks the API refused asks
+	// again (a changed NodeGrant or namespace brings it back sooner).
+	// Default 1m.
+	CreateRetry time.Duration
 }
 
 // +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch.drover.io,resources=tasks,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=fleet.drover.io,resources=nodegrants,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
-// SetupWithManager registers the controller.
+// SetupWithManager registers the controller. A change of NodeGrants or of
+// a namespace's labels brings back the groups whose Tasks were refused.
 func (r *TaskGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Clock = clock.Or(r.Clock)
+	if r.CreateRetry <= 0 {
+		r.CreateRetry = time.Minute
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("taskgroup").
 		For(&batchv1.TaskGroup{}).
 		Owns(&batchv1.Task{}).
+		Watches(&fleetv1.NodeGrant{}, handler.EnqueueRequestsFromMapFunc(r.refusedGroups), onUpdate(grantMatters)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.refusedGroups), builder.OnlyMetadata, onUpdate(namespaceMatters)).
 		Complete(r)
+}
+
+// refusedGroups maps a NodeGrant (every namespace) or a Namespace (its
+// own) to the groups whose Tasks the API refused: the policy may let them
+// through now.
+func (r *TaskGroupReconciler) refusedGroups(ctx context.Context, obj client.Object) []reconcile.Request {
+	var opts []client.ListOption
+	if _, ok := obj.(*fleetv1.NodeGrant); !ok {
+		opts = append(opts, client.InNamespace(obj.GetName()))
+	}
+	var list batchv1.TaskGroupList
+	if err := r.Client.List(ctx, &list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		log.FromContext(ctx).Error(err, "list TaskGroups to retry refused creates")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, ConditionCreateFailed) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -111,6 +150,9 @@ type groupRun struct {
 	expired       bool
 	stopped       int
 	untilDeadline time.Duration
+	// refused: the Tasks the API would not create, for what they ask.
+	refusedMu sync.Mutex
+	refused   []refusal
 }
 
 // deadline ends a group past its activeDeadlineSeconds: its unfinished
@@ -227,6 +269,13 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 			switch {
 			case apierrors.IsAlreadyExists(err):
 				w.stale.Store(true)
+			case refused(err):
+				// Asking again at once gets the same answer: said on the
+				// group's status, asked again after CreateRetry or when
+				// the policy changes.
+				w.refusedMu.Lock()
+				w.refused = append(w.refused, refusal{kind: "Task", name: t.Name, err: err})
+				w.refusedMu.Unlock()
 			case err != nil:
 				return fmt.Errorf("create Task %s: %w", t.Name, err)
 			}
@@ -287,8 +336,13 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 			*g.Spec.ActiveDeadlineSeconds, w.stopped, complete.Message)
 	}
 	setPhaseConditions(&st.Conditions, st.Phase, complete, w.r.Clock.Now())
+	refusedMsg := ""
+	if len(w.refused) > 0 {
+		refusedMsg = createFailedMessage(w.refused)
+	}
+	newRefusal := setCreateFailed(&st.Conditions, refusedMsg, g.Generation, w.r.Clock.Now())
 	if equality.Semantic.DeepEqual(before, st) {
-		return w.requeueAtDeadline()
+		return w.requeue()
 	}
 	if err := w.r.Client.Status().Update(ctx, g); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -296,17 +350,27 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("update TaskGroup status", err)
 	}
+	if newRefusal {
+		log.FromContext(ctx).Info("tasks refused by the API", "refused", len(w.refused), "message", refusedMsg)
+		if w.r.Recorder != nil {
+			w.r.Recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreateTask", "%s", refusedMsg)
+		}
+	}
 	phaseEvent(w.r.Recorder, g, before.Phase, st.Phase, st.Conditions)
-	return w.requeueAtDeadline()
+	return w.requeue()
 }
 
-// requeueAtDeadline looks at the group again when its deadline passes, if
-// it has one to come.
-func (w *groupRun) requeueAtDeadline() (reconcile.Result, error) {
+// requeue looks at the group again when its deadline passes, if it has
+// one to come, and after CreateRetry if the API refused some of its tasks.
+func (w *groupRun) requeue() (reconcile.Result, error) {
+	var res reconcile.Result
 	if w.untilDeadline > 0 && !w.group.Status.Phase.Final() {
-		return ctrlkit.RequeueAfter(w.untilDeadline)
+		res.RequeueAfter = w.untilDeadline
 	}
-	return ctrlkit.NoRequeue()
+	if len(w.refused) > 0 && (res.RequeueAfter == 0 || w.r.CreateRetry < res.RequeueAfter) {
+		res.RequeueAfter = w.r.CreateRetry
+	}
+	return res, nil
 }
 
 // phaseEvent announces a group's or job's phase change.
