@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -52,6 +53,8 @@ type Handler struct {
 	policy   *policyCache
 	log      *slog.Logger
 	decision *prometheus.CounterVec
+	// probeNS is where the server's dry-run probe Task is made.
+	probeNS string
 }
 
 // NewHandler returns a Handler reading Namespaces and FleetNodes from
@@ -59,8 +62,8 @@ type Handler struct {
 // cache may lag: an object the cache does not hold, and a refusal, which
 // is checked once more against the API server's current grants so that a
 // grant just created applies at once.
-func newHandler(cache, api client.Reader, policy *policyCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
-	h := &Handler{cache: cache, api: api, policy: policy, log: log,
+func newHandler(cache, api client.Reader, policy *policyCache, probeNS string, log *slog.Logger, reg prometheus.Registerer) *Handler {
+	h := &Handler{cache: cache, api: api, policy: policy, log: log, probeNS: probeNS,
 		decision: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drover_tenancy_admission_total",
 			Help: "Admission decisions of the tenancy webhook (NodeGrants) on Tasks, TaskGroups and FleetJobs, by kind and result (allowed, denied, error).",
@@ -80,6 +83,10 @@ type located struct {
 // Handle implements admission.Handler.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	kind := req.Kind.Kind
+	if kind == "Task" && req.Name == probeName && req.Namespace == h.probeNS && ptr.Deref(req.DryRun, false) {
+		// Nothing is stored: a dry run.
+		return admission.Denied(probeAnswer)
+	}
 	specs, err := taskSpecs(kind, req.Object.Raw)
 	if err != nil {
 		h.decision.WithLabelValues(kind, ResultError).Inc()

@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 )
 
@@ -125,7 +127,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("tenancy webhook: watch %T: %w", o, err)
 		}
 	}
-	s.handler = newHandler(s.cache, s.api, policy, opts.Logger, opts.Registerer)
+	s.handler = newHandler(s.cache, s.api, policy, opts.Namespace, opts.Logger, opts.Registerer)
 	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
@@ -175,10 +177,13 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := ensureConfiguration(ctx, s.api, s.writer, configuration(cc)); err != nil {
 		return errors.Join(err, stop())
 	}
-	s.addr = ln.Addr()
-	close(s.ready)
 	s.opts.Logger.Info("tenancy webhook serving", "address", ln.Addr().String(), "url", ptr.Deref(cc.URL, ""),
 		"service", cc.Service != nil)
+	if !s.probe(ctx) {
+		return stop()
+	}
+	s.addr = ln.Addr()
+	close(s.ready)
 	select {
 	case <-ctx.Done():
 		return stop()
@@ -187,8 +192,44 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 }
 
-// Addr waits until the webhook is served and installed, and returns the
-// address it listens on.
+// probeName is the Task the server asks the API server to create in a dry
+// run, until the answer is the webhook's: the API server has loaded the
+// configuration and reaches a webhook server.
+const (
+	probeName   = "drover-tenancy-webhook-probe"
+	probeAnswer = "the tenancy webhook answers (a dry-run probe)"
+	// probeInterval between probes; probeWarn: how often a webhook that
+	// does not answer yet is logged.
+	probeInterval = 200 * time.Millisecond
+	probeWarn     = 30 * time.Second
+)
+
+// probe waits until the API server calls the webhook (true), or ctx ends.
+func (s *Server) probe(ctx context.Context) bool {
+	began, warned := time.Now(), time.Now()
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		t := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: s.opts.Namespace, Name: probeName},
+			Spec: batchv1.TaskSpec{Command: []string{"true"}}}
+		err := s.writer.Create(ctx, t, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), probeAnswer) {
+			return true
+		}
+		if time.Since(warned) >= probeWarn {
+			warned = time.Now()
+			s.opts.Logger.Warn("the API server does not call the tenancy webhook yet", "after", time.Since(began).Round(time.Second), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// Addr waits until the webhook is served and installed and the API server
+// calls it, and returns the address it listens on.
 func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
 	select {
 	case <-s.ready:
