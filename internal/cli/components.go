@@ -158,8 +158,8 @@ func (c *componentOptions) validate(withHub bool) error {
 type running struct {
 	mgr       ctrl.Manager
 	admission *tenancyadmit.Server // nil when the webhook is off
-	hub  *hub.Hub
-	mqtt *mqttbridge.Bridge // nil when MQTT is off
+	hub       *hub.Hub
+	mqtt      *mqttbridge.Bridge // nil when MQTT is off
 }
 
 // newComponents builds a controller-runtime manager holding the manager's
