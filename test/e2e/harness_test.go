@@ -16,6 +16,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -177,6 +178,12 @@ func startCluster(t *testing.T) *cluster {
 	m := c.server.waitLine(t, readyRE, startTimeout)
 	c.kubeconfig, c.hub, c.ca = m[1], m[2], m[3]
 	c.connect(t)
+	// The server's tenancy webhook admits work only where a NodeGrant
+	// allows it: these tests run theirs in any namespace, on any node.
+	if err := c.client.Create(context.Background(), &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
+		Spec: fleetv1.NodeGrantSpec{NamespaceSelector: &metav1.LabelSelector{}}}); err != nil {
+		t.Fatalf("grant the tests' namespaces every node: %v", err)
+	}
 	return c
 }
 
