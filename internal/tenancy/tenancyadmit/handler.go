@@ -57,7 +57,7 @@ type Handler struct {
 	probeNS string
 }
 
-// NewHandler returns a Handler reading Namespaces and FleetNodes from
+// newHandler returns a Handler reading Namespaces and FleetNodes from
 // cache, NodeGrants through policy, and the API server (api) where the
 // cache may lag: an object the cache does not hold, and a refusal, which
 // is checked once more against the API server's current grants so that a
