@@ -188,11 +188,22 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "get", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
 			{managerSA, "create", "coordination.k8s.io", "leases", ns, "", true},
 			{managerSA, "create", "", "events", ns, "", true},
+			{managerSA, "watch", fleet, "nodegrants", "", "", true},
+			{managerSA, "watch", "", "namespaces", "", "", true},
+			{managerSA, "create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", true},
+			{managerSA, "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "drover-tenancy", true},
+			{managerSA, "get", "", "secrets", ns, "drover-webhook-tls", true},
+			{managerSA, "update", "", "secrets", ns, "drover-webhook-tls", true},
 			// The manager: what it must not do.
 			{managerSA, "delete", batch, "fleetjobs", "team-a", "", false},
 			{managerSA, "patch", batch, "tasks", "team-a", "", false}, // the hub's finalizer
 			{managerSA, "create", fleet, "fleetnodes", "", "", false},
 			{managerSA, "get", "", "secrets", ns, "drover-ca", false},
+			{managerSA, "update", "", "secrets", ns, "drover-ca", false},
+			{managerSA, "list", "", "secrets", ns, "", false},
+			{managerSA, "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "other", false},
+			{managerSA, "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "drover-tenancy", false},
+			{managerSA, "create", fleet, "nodegrants", "", "", false},
 			{managerSA, "create", "authentication.k8s.io", "tokenreviews", "", "", false},
 			{managerSA, "create", "", "namespaces", "", "", false},
 			{managerSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
@@ -277,7 +288,7 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	}
 
 	mgr := start(t, "drover manager", drover, "--kubeconfig", kubeconfig(ns, "drover-manager"), "manager",
-		"--metrics-bind-address", "0", "--leader-elect")
+		"--metrics-bind-address", "0", "--leader-elect", "--webhook-bind-address", "127.0.0.1:0")
 	hub := start(t, "drover hub", drover, "--kubeconfig", kubeconfig(ns, "drover-hub"), "hub",
 		"--hub-name", "rbac", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "", "--metrics-bind-address", "0",
 		"--heartbeat-interval", "1s", "--offline-timeout", "20s")
@@ -306,11 +317,11 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}}); err != nil {
 		t.Fatal(err)
 	}
-	// The tenancy policy: the namespace may run work on the test's node
-	// (the manager must read grants to place the task).
-	grant := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"rbac-tasks"},
-		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kind": "rbac"}}}}
-	if err := env.Client.Create(ctx, grant); err != nil {
+	// The manager's tenancy webhook admits work only where a NodeGrant
+	// allows it.
+	mgr.waitLine(t, regexp.MustCompile(`ready webhook=(\S+)`), runTimeout)
+	if err := env.Client.Create(ctx, &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"},
+		Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"rbac-tasks"}}}); err != nil {
 		t.Fatal(err)
 	}
 	job := &batchv1.FleetJob{

@@ -31,6 +31,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hubsetup"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/tenancy/tenancyadmit"
 )
 
 // componentOptions are the flags of the parts `drover server`, `drover
@@ -51,6 +52,62 @@ type componentOptions struct {
 	leaderElect      bool
 	gates            featuregate.MutableFeatureGate
 	mqtt             mqttOptions
+	webhook          webhookOptions
+}
+
+// webhookOptions are the tenancy webhook's flags (`drover manager` and
+// `drover server`).
+type webhookOptions struct {
+	bind    string
+	url     string
+	service string
+	hosts   []string
+	// mayDisable: "0" switches it off (`drover manager` only; `drover
+	// server` always enforces NodeGrants at admission).
+	mayDisable bool
+}
+
+func (w *webhookOptions) addFlags(fs *pflag.FlagSet, defaultBind string, mayDisable bool) {
+	w.mayDisable = mayDisable
+	usage := "address the tenancy admission webhook (NodeGrants) listens on over TLS; port 0 picks a free one"
+	if mayDisable {
+		usage += "; 0 disables it (then only the scheduler enforces NodeGrants)"
+	}
+	fs.StringVar(&w.bind, "webhook-bind-address", defaultBind, usage)
+	fs.StringVar(&w.url, "webhook-url", "", "https URL the kube-apiserver calls the webhook at (default: https://<bind address>, 127.0.0.1 for an unspecified host)")
+	fs.StringVar(&w.service, "webhook-service", "", "namespace/name[:port] of the Service in front of the webhook port, for a manager running in the cluster (instead of --webhook-url)")
+	fs.StringSliceVar(&w.hosts, "webhook-hosts", nil, "names and IPs of the webhook's serving certificate (default: the URL's host, or the Service's DNS names)")
+}
+
+func (w *webhookOptions) validate() error {
+	if w.bind == "0" && w.mayDisable {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(w.bind); err != nil {
+		return fmt.Errorf("--webhook-bind-address %q: %w", w.bind, err)
+	}
+	if w.url != "" && w.service != "" {
+		return errors.New("--webhook-url and --webhook-service: give one of them")
+	}
+	if w.service != "" {
+		if _, err := tenancyadmit.ParseService(w.service); err != nil {
+			return fmt.Errorf("--webhook-service: %w", err)
+		}
+	}
+	return nil
+}
+
+// options are the webhook's options; nil when it is off.
+func (w *webhookOptions) options(namespace string, log *slog.Logger) *tenancyadmit.Options {
+	if w.bind == "0" && w.mayDisable {
+		return nil
+	}
+	o := &tenancyadmit.Options{Namespace: namespace, BindAddress: w.bind, URL: w.url, Hosts: w.hosts,
+		Logger: log.With("component", "tenancy-webhook"), Registerer: metrics.Registry}
+	if w.service != "" {
+		o.Service, _ = tenancyadmit.ParseService(w.service) // checked by validate
+	}
+	return o
 }
 
 func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
@@ -75,6 +132,11 @@ func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
 }
 
 func (c *componentOptions) validate(withHub bool) error {
+	if c.webhook.bind != "" {
+		if err := c.webhook.validate(); err != nil {
+			return err
+		}
+	}
 	if withHub && c.offlineTimeout <= c.heartbeat {
 		return fmt.Errorf("--offline-timeout %v must be longer than --heartbeat-interval %v", c.offlineTimeout, c.heartbeat)
 	}
@@ -94,9 +156,10 @@ func (c *componentOptions) validate(withHub bool) error {
 
 // running is what runComponents started.
 type running struct {
-	mgr  ctrl.Manager
-	hub  *hub.Hub
-	mqtt *mqttbridge.Bridge // nil when MQTT is off
+	mgr       ctrl.Manager
+	admission *tenancyadmit.Server // nil when the webhook is off
+	hub       *hub.Hub
+	mqtt      *mqttbridge.Bridge // nil when MQTT is off
 }
 
 // newComponents builds a controller-runtime manager holding the manager's
@@ -138,10 +201,16 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 	}
 	r := &running{mgr: mgr}
 	if withManager {
-		if err := manager.Setup(mgr, manager.Options{
-			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true}); err != nil {
+		var admission *tenancyadmit.Options
+		if c.webhook.bind != "" {
+			admission = c.webhook.options(c.namespace, log)
+		}
+		parts, err := manager.Setup(mgr, manager.Options{
+			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true, Admission: admission})
+		if err != nil {
 			return nil, err
 		}
+		r.admission = parts.Admission
 	}
 	if withHub {
 		h, err := hubsetup.Setup(mgr, hubsetup.Options{
@@ -169,6 +238,18 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		r.hub, r.mqtt = h.Hub, h.MQTT
 	}
 	return r, nil
+}
+
+// webhookAddress waits for the tenancy webhook to serve and be installed,
+// and returns where it listens.
+func (r *running) webhookAddress(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	a, err := r.admission.Addr(ctx)
+	if err != nil {
+		return "", fmt.Errorf("tenancy webhook did not start: %w", err)
+	}
+	return a.String(), nil
 }
 
 // hubAddress waits for the hub to listen and returns host:port.

@@ -25,6 +25,7 @@ func newManagerCommand(g *globalOptions) *cobra.Command {
 		},
 	}
 	o.comp.addManagerFlags(cmd.Flags())
+	o.comp.webhook.addFlags(cmd.Flags(), "127.0.0.1:9443", true)
 	cmd.Flags().BoolVar(&o.comp.leaderElect, "leader-elect", true, "elect one active manager among replicas")
 	return cmd
 }
@@ -62,6 +63,13 @@ func (o *partOptions) run(cmd *cobra.Command, withManager, withHub bool) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if r.admission != nil {
+		go func() {
+			if addr, err := r.webhookAddress(ctx); err == nil {
+				cmd.Printf("ready webhook=%s\n", addr)
+			}
+		}()
+	}
 	if withHub {
 		go func() {
 			if addr, err := r.hubAddress(ctx); err == nil {

@@ -38,6 +38,9 @@ type serverOptions struct {
 	apiPort int
 	comp    componentOptions
 	out     io.Writer
+	// prepare, if set, runs once the API is installed, before the manager
+	// and hub start (`drover up`'s NodeGrant).
+	prepare func(context.Context, client.Client) error
 }
 
 // serverInfo is what a started server tells its caller.
@@ -77,6 +80,8 @@ func (o *serverOptions) addFlags(cmd *cobra.Command) {
 	fs.IntVar(&o.apiPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one; the kubeconfig always has it)")
 	o.comp.addManagerFlags(fs)
 	o.comp.addHubFlags(fs)
+	// The API server is on this machine: any free port will do.
+	o.comp.webhook.addFlags(fs, "127.0.0.1:0", false)
 	fs.BoolVar(&o.comp.leaderElect, "leader-elect", true,
 		"hold the drover-manager Lease, so that a `drover manager` started against this control plane stands by")
 }
@@ -136,6 +141,11 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	if err := hub.EnsureNamespace(ctx, c, o.comp.namespace); err != nil {
 		return err
 	}
+	if o.prepare != nil {
+		if err := o.prepare(ctx, c); err != nil {
+			return err
+		}
+	}
 	ca, err := hub.EnsureCA(ctx, c, o.comp.namespace, time.Now())
 	if err != nil {
 		return err
@@ -157,6 +167,10 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	}
 	mqttURL, err := r.mqttURL(ctx)
 	if err != nil {
+		return cmp.Or(g.Wait(), err)
+	}
+	// Ready means Tasks are checked against NodeGrants already.
+	if _, err := r.webhookAddress(ctx); err != nil {
 		return cmp.Or(g.Wait(), err)
 	}
 	kubeconfig, _ := filepath.Abs(cp.KubeconfigPath())

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -72,6 +74,7 @@ func (o *upOptions) Run(ctx context.Context) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	o.server.prepare = ensureUpGrant
 	return o.server.Run(ctx, func(ctx context.Context, info serverInfo) error {
 		if o.agents == 0 {
 			return nil
@@ -121,6 +124,27 @@ func (o *upOptions) Run(ctx context.Context) error {
 		o.waitOnline(ctx, info, names)
 		return nil
 	})
+}
+
+// upGrantName is the NodeGrant `drover up` makes so that the quick start
+// runs: namespace upNamespace may run tasks on every node, as the node's
+// unprivileged task user, inside each attempt's own directory.
+const (
+	upGrantName = "drover-up"
+	upNamespace = "default"
+)
+
+// ensureUpGrant creates the quick start's NodeGrant if it is absent; one
+// that exists (an administrator may have narrowed it) is left as it is.
+func ensureUpGrant(ctx context.Context, c client.Client) error {
+	g := &fleetv1.NodeGrant{
+		ObjectMeta: metav1.ObjectMeta{Name: upGrantName, Labels: map[string]string{"app.kubernetes.io/managed-by": "drover-up"}},
+		Spec:       fleetv1.NodeGrantSpec{Namespaces: []string{upNamespace}},
+	}
+	if err := c.Create(ctx, g); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create NodeGrant %s (namespace %s may run tasks on every node): %w", upGrantName, upNamespace, err)
+	}
+	return nil
 }
 
 // upOnlineTimeout bounds how long `drover up` waits to report its agents

@@ -13,6 +13,7 @@ import (
 	"github.com/drover-fleet/drover/internal/fleetnode/fleetnodectl"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobctl"
 	"github.com/drover-fleet/drover/internal/task/taskctl"
+	"github.com/drover-fleet/drover/internal/tenancy/tenancyadmit"
 )
 
 // Scheme returns a scheme with Kubernetes' built-in kinds and Drover's.
@@ -41,35 +42,53 @@ type Options struct {
 	// Tasks runs the FleetJob, TaskGroup and Task controllers and the task
 	// scheduler (taskctl.drover.io).
 	Tasks bool
+	// Admission, when set, serves and installs the tenancy webhook, which
+	// refuses work that no NodeGrant allows (internal/tenancy/tenancyadmit).
+	Admission *tenancyadmit.Options
+}
+
+// Parts are what Setup started that a caller may wait for.
+type Parts struct {
+	// Admission is the tenancy webhook's server; nil without
+	// Options.Admission.
+	Admission *tenancyadmit.Server
 }
 
 // Setup registers every controller with mgr.
-func Setup(mgr ctrl.Manager, opts Options) error {
+func Setup(mgr ctrl.Manager, opts Options) (*Parts, error) {
+	p := &Parts{}
+	if opts.Admission != nil {
+		s, err := tenancyadmit.Setup(mgr, *opts.Admission)
+		if err != nil {
+			return nil, fmt.Errorf("set up the tenancy webhook: %w", err)
+		}
+		p.Admission = s
+	}
 	r := &fleetnodectl.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("drover-manager"),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up FleetNode controller: %w", err)
+		return nil, fmt.Errorf("set up FleetNode controller: %w", err)
 	}
 	if opts.Tasks {
 		if err := taskctl.Setup(mgr, taskctl.Options{}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if !opts.NodeJobs {
-		return nil
+		return p, nil
 	}
 	rec := mgr.GetEventRecorder("drover-manager")
 	upgrades := &nodejobctl.Reconciler[*opsv1.NodeUpgradeJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
 		New: func() *opsv1.NodeUpgradeJob { return &opsv1.NodeUpgradeJob{} }}
 	if err := upgrades.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up NodeUpgradeJob controller: %w", err)
+		return nil, fmt.Errorf("set up NodeUpgradeJob controller: %w", err)
 	}
 	pulls := &nodejobctl.Reconciler[*opsv1.ImagePrePullJob]{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
 		New: func() *opsv1.ImagePrePullJob { return &opsv1.ImagePrePullJob{} }}
 	if err := pulls.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up ImagePrePullJob controller: %w", err)
+		return nil, fmt.Errorf("set up ImagePrePullJob controller: %w", err)
 	}
-	return nil
+	return p, nil
 }

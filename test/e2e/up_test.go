@@ -2,12 +2,19 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
@@ -33,6 +40,28 @@ func TestUpThenServerRestart(t *testing.T) {
 		if node, ok := c.node(t, n); !ok || node.Status.Phase != fleetv1.FleetNodeOnline || node.Labels["drover.io/local"] != "true" {
 			t.Fatalf("after drover up, node %s = %+v (exists %v), want Online with label drover.io/local=true", n, node.Status, ok)
 		}
+	}
+	// The quick start's NodeGrant: namespace default runs tasks on every
+	// node as the node's task user; no other namespace runs anything.
+	ctx := context.Background()
+	probe := func(ns string, mut func(*batchv1.TaskSpec)) error {
+		tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: batchv1.TaskSpec{Command: []string{"true"}, NodeName: "node-1"}}
+		if mut != nil {
+			mut(&tk.Spec)
+		}
+		return c.client.Create(ctx, tk, client.DryRunAll)
+	}
+	if err := probe("default", func(s *batchv1.TaskSpec) { s.WorkingDir = "scan" }); err != nil {
+		t.Errorf("a Task in namespace default after drover up: %v", err)
+	}
+	if err := probe("kube-public", nil); err == nil || !strings.Contains(err.Error(), `namespace "kube-public" has no NodeGrant`) {
+		t.Errorf("a Task in namespace kube-public after drover up: %v; want refused, no NodeGrant", err)
+	}
+	if err := probe("default", func(s *batchv1.TaskSpec) {
+		s.SecurityContext = &batchv1.TaskSecurityContext{RunAsUser: ptr.To[int64](0)}
+	}); err == nil ||
+		!strings.Contains(err.Error(), `NodeGrant "drover-up" does not allow runAsUser 0`) {
+		t.Errorf("a root Task in namespace default after drover up: %v; want refused by NodeGrant drover-up", err)
 	}
 	caBefore, err := os.ReadFile(c.ca)
 	if err != nil {
