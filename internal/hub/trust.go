@@ -148,14 +148,15 @@ func (t *Trust) servingCert(name string, hosts []string, now time.Time) (*tls.Ce
 }
 
 // caRefresh is how often a hub re-reads the CA Secret, so that a rotation
-// reaches every hub within it, without a restart.
+// reaches every hub within it, without a restart. It reads through Client:
+// in `drover hub`, the manager's cache of Drover's Secrets, no API call.
 const caRefresh = 30 * time.Second
 
 // loadTrust reads the CA Secret; when it changed, the hub trusts its CAs
 // from now on, signs with its current one and serves a certificate of it.
 func (h *Hub) loadTrust(ctx context.Context) error {
 	var s corev1.Secret
-	if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: h.opts.Namespace, Name: CASecretName}, &s); err != nil {
+	if err := h.opts.Client.Get(ctx, client.ObjectKey{Namespace: h.opts.Namespace, Name: CASecretName}, &s); err != nil {
 		return fmt.Errorf("read CA secret %s/%s: %w", h.opts.Namespace, CASecretName, err)
 	}
 	t, err := ParseTrust(&s)
