@@ -91,6 +91,8 @@ func (a *Agent) tlsConfig(hub string) *tls.Config {
 		RootCAs:              roots,
 		ServerName:           hostOf(hub),
 		MinVersion:           tls.VersionTLS13,
+		// Certificates are valid on the agent's clock, as renewals are timed.
+		Time: a.opts.Clock.Now,
 	}
 }
 

@@ -359,6 +359,8 @@ func (h *Hub) Start(ctx context.Context) error {
 		ClientAuth: tls.VerifyClientCertIfGiven,
 		ClientCAs:  h.clientCAs.Load(),
 		MinVersion: tls.VersionTLS13,
+		// Certificates expire on the hub's clock, as they are signed on it.
+		Time: h.opts.Clock.Now,
 	}
 	tlsConfig := base.Clone()
 	tlsConfig.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
