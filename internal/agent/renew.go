@@ -39,6 +39,8 @@ type identity struct {
 	mu   sync.Mutex
 	id   store.Identity
 	cert atomic.Pointer[tls.Certificate]
+	// renew replaces renewOnce in tests; nil: renewOnce.
+	renew func(ctx context.Context, hub string) error
 }
 
 // useIdentity makes id the identity connections present.
@@ -130,7 +132,7 @@ func (a *Agent) renewLoop(ctx context.Context) error {
 	for {
 		leaf := a.ident.cert.Load().Leaf
 		wait := renewAt(leaf.NotBefore, leaf.NotAfter, rand.Float64()).Sub(a.opts.Clock.Now())
-		if a.sleep(ctx, wait) != nil {
+		if wait > 0 && a.sleep(ctx, wait) != nil {
 			return nil
 		}
 		if err := a.renewBefore(ctx, leaf.NotAfter); err != nil {
@@ -157,7 +159,11 @@ func (a *Agent) renewBefore(ctx context.Context, notAfter time.Time) error {
 		if attempt > 0 || hub == "" {
 			hub = hubs[attempt%len(hubs)]
 		}
-		err := a.renewOnce(ctx, hub)
+		renew := a.renewOnce
+		if a.ident.renew != nil {
+			renew = a.ident.renew
+		}
+		err := renew(ctx, hub)
 		if err == nil {
 			a.log.Info("certificate renewed", "hub", hub, "expires", a.ident.cert.Load().Leaf.NotAfter)
 			return nil
