@@ -147,6 +147,13 @@ func (t *Trust) servingCert(name string, hosts []string, now time.Time) (*tls.Ce
 	return &cert, nil
 }
 
+// TrustedCAs are the CAs whose node certificates the hub accepts now: its
+// current CA and those a rotation left trusted (the embedded MQTT broker
+// verifies clients against them). Call it once the hub started (CA).
+func (h *Hub) TrustedCAs() *x509.CertPool {
+	return h.trust.Load().Pool()
+}
+
 // caRefresh is how often a hub re-reads the CA Secret, so that a rotation
 // reaches every hub within it, without a restart. It reads through Client:
 // in `drover hub`, the manager's cache of Drover's Secrets, no API call.
