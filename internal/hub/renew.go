@@ -52,7 +52,12 @@ func (h *Hub) Renew(ctx context.Context, req *agentv1.RenewRequest) (*agentv1.Re
 		resp, err = h.renew(ctx, p, req)
 	}
 	h.metrics.renewals.WithLabelValues(status.Code(err).String()).Inc()
-	if err != nil {
+	switch {
+	case err == nil:
+	case p.Node == "":
+		// Anyone may call without a certificate: not worth an info line each.
+		h.log.Debug("certificate renewal refused", "reason", status.Convert(err).Message())
+	default:
 		h.log.Info("certificate renewal refused", "node", p.Node, "keySHA256", p.Key, "reason", status.Convert(err).Message())
 	}
 	return resp, err
