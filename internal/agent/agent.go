@@ -233,6 +233,8 @@ type Agent struct {
 	// linger is how the flusher waits for more reports while work is
 	// queued (tests set it); nil waits reportLinger.
 	linger func(context.Context) error
+	// ident is the identity in use (renew.go).
+	ident identity
 	// connMu guards conn, closed while a stream is open.
 	connMu sync.Mutex
 	conn   chan struct{}
@@ -311,6 +313,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := a.useIdentity(id); err != nil {
+		return err
+	}
 	if err := a.recoverWork(ctx); err != nil {
 		return err
 	}
@@ -330,6 +335,7 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	g.Go(func() error { return a.runWork(ctx) })
 	g.Go(func() error { return a.connectLoop(ctx, id) })
+	g.Go(func() error { return a.renewLoop(ctx) })
 	return g.Wait()
 }
 
@@ -347,7 +353,7 @@ func (a *Agent) connectLoop(ctx context.Context, id store.Identity) error {
 	for attempt := 0; ; attempt++ {
 		hub := hubs[(start+attempt)%len(hubs)]
 		began := a.opts.Clock.Now()
-		err := a.session(ctx, id, hub)
+		err := a.session(ctx, hub)
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -249,6 +249,10 @@ func (f *fakeHub) Register(context.Context, *agentv1.RegisterRequest, ...grpc.Ca
 	return nil, status.Error(codes.Unimplemented, "fake")
 }
 
+func (f *fakeHub) Renew(context.Context, *agentv1.RenewRequest, ...grpc.CallOption) (*agentv1.RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "fake")
+}
+
 func (f *fakeHub) GetMessage(context.Context, *agentv1.GetMessageRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[agentv1.Envelope], error) {
 	return nil, status.Error(codes.Unimplemented, "fake")
 }

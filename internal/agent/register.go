@@ -75,7 +75,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) (store.Identity, error) {
 				Node:    a.opts.Node,
 				KeyPEM:  keyPEM,
 				CertPEM: pki.EncodeCert(resp.GetCertificate()),
-				CAPEM:   pki.EncodeCert(resp.GetCa()),
+				CAPEM:   caBundlePEM(resp.GetCa(), resp.GetPreviousCas()),
 				Hub:     hub,
 			}
 			if err := a.db.SaveIdentity(ctx, id); err != nil {

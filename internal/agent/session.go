@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -28,14 +27,8 @@ const callTimeout = 15 * time.Second
 const helloTimeout = time.Minute
 
 // session runs one stream to hub until it fails or ctx ends.
-func (a *Agent) session(ctx context.Context, id store.Identity, hub string) error {
-	cert, err := tls.X509KeyPair(id.CertPEM, id.KeyPEM)
-	if err != nil {
-		return &FatalError{fmt.Errorf("saved identity is unusable (%v): delete %s to register again", err, a.db.Path())}
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(id.CAPEM)
-	client, conn, err := a.opts.Connect(ctx, hub, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: hostOf(hub), MinVersion: tls.VersionTLS13})
+func (a *Agent) session(ctx context.Context, hub string) error {
+	client, conn, err := a.opts.Connect(ctx, hub, a.tlsConfig(hub))
 	if err != nil {
 		return classify(hub, err)
 	}
@@ -73,9 +66,8 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	a.mu.Lock()
 	a.hub = hub
 	a.mu.Unlock()
-	if id.Hub != hub {
-		id.Hub = hub
-		if err := a.db.SaveIdentity(ctx, id); err != nil {
+	if a.identity().Hub != hub {
+		if err := a.changeIdentity(ctx, func(id *store.Identity) { id.Hub = hub }); err != nil {
 			return err
 		}
 	}

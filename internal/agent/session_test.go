@@ -102,8 +102,11 @@ func runSession(t *testing.T, a *Agent, hub agentv1.AgentHubClient) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // ends a session that hangs, after the test failed
+	if err := a.useIdentity(testIdentity(t)); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
-	go func() { done <- a.session(ctx, testIdentity(t), "h:1") }()
+	go func() { done <- a.session(ctx, "h:1") }()
 	select {
 	case err := <-done:
 		return err

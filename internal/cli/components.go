@@ -49,6 +49,7 @@ type componentOptions struct {
 	heartbeatRefresh time.Duration
 	registerRate     float64
 	registerRateSrc  float64
+	certValidity     time.Duration
 	leaderElect      bool
 	gates            featuregate.MutableFeatureGate
 	mqtt             mqttOptions
@@ -128,6 +129,7 @@ func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.heartbeatRefresh, "heartbeat-refresh", 10*time.Minute, "how often a live node's coarse lastHeartbeatTime is written")
 	fs.Float64Var(&c.registerRate, "register-rate", 500, "Register calls per second the hub accepts from all sources (burst: twice that); negative: no limit")
 	fs.Float64Var(&c.registerRateSrc, "register-rate-per-source", 20, "Register calls per second the hub accepts from one IPv4 address or IPv6 /64 (burst: 50 at the default, else twice the rate); negative: no limit")
+	fs.DurationVar(&c.certValidity, "certificate-validity", hub.DefaultCertificateValidity, "validity of the node certificates the hub signs; agents renew theirs after two thirds of it")
 	c.mqtt.addFlags(fs)
 }
 
@@ -146,6 +148,9 @@ func (c *componentOptions) validate(withHub bool) error {
 		}
 		if _, _, err := net.SplitHostPort(c.hubListen); err != nil {
 			return fmt.Errorf("--hub-listen %q: %w", c.hubListen, err)
+		}
+		if c.certValidity < 10*time.Minute {
+			return fmt.Errorf("--certificate-validity %v: want at least 10m (agents renew after two thirds of it, and may renew once a minute)", c.certValidity)
 		}
 		if err := c.mqtt.validate(); err != nil {
 			return err
@@ -225,6 +230,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 				RegisterRate:      c.registerRate,
 				// Per source, as a NAT address may hold many agents.
 				RegisterRatePerSource: c.registerRateSrc,
+				CertificateValidity:   c.certValidity,
 				Logger:                log,
 				Registerer:            metrics.Registry,
 			},

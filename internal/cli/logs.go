@@ -141,5 +141,9 @@ func droverCA(cmd *cobra.Command, c client.Client, file, ns string) ([]byte, err
 	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: hub.CASecretName}, &s); err != nil {
 		return nil, fmt.Errorf("read Drover's CA (pass --ca-file with the output of `drover ca`): %w", err)
 	}
-	return s.Data[corev1.TLSCertKey], nil
+	t, err := hub.ParseTrust(&s)
+	if err != nil {
+		return nil, err
+	}
+	return t.BundlePEM(), nil
 }

@@ -146,12 +146,12 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 			return err
 		}
 	}
-	ca, err := hub.EnsureCA(ctx, c, o.comp.namespace, time.Now())
+	trust, err := hub.EnsureTrust(ctx, c, o.comp.namespace, time.Now())
 	if err != nil {
 		return err
 	}
 	caFile := filepath.Join(o.dataDir, "ca.crt")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
+	if err := os.WriteFile(caFile, trust.BundlePEM(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", caFile, err)
 	}
 	r, err := newComponents(cfg, o.comp, true, true, log)

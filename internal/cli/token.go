@@ -117,8 +117,16 @@ func newCACommand(g *globalOptions) *cobra.Command {
 	var ns string
 	cmd := &cobra.Command{
 		Use:   "ca",
-		Short: "Print Drover's CA certificate (PEM), for agents' --ca-file",
-		Args:  cobra.NoArgs,
+		Short: "Print Drover's trusted CA certificates (PEM), for agents' --ca-file; rotate the CA",
+		Long: `Print Drover's CA certificates (PEM): the current CA, then those a
+rotation left trusted. Agents' --ca-file takes the output.
+
+Rotating the CA: 'drover ca rotate' makes a new CA current; hubs sign with
+it within a minute and still trust the old one. Agents renew onto the new
+CA within one certificate lifetime (--certificate-validity of the hubs, 7
+days by default). Then 'drover ca rotate --finish' stops trusting the old
+CA.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -128,10 +136,56 @@ func newCACommand(g *globalOptions) *cobra.Command {
 			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: hub.CASecretName}, &s); err != nil {
 				return fmt.Errorf("read Drover's CA (has a hub run yet?): %w", err)
 			}
-			_, err = cmd.OutOrStdout().Write(s.Data[corev1.TLSCertKey])
+			t, err := hub.ParseTrust(&s)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(t.BundlePEM())
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace")
+	cmd.PersistentFlags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace")
+	cmd.AddCommand(newCARotateCommand(g, &ns))
+	return cmd
+}
+
+func newCARotateCommand(g *globalOptions, ns *string) *cobra.Command {
+	var finish, force bool
+	var validity time.Duration
+	cmd := &cobra.Command{
+		Use:   "rotate",
+		Short: "Make a new CA current, keeping the old one trusted; --finish stops trusting the old one",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			now := time.Now()
+			if finish {
+				dropped, err := hub.FinishCARotation(cmd.Context(), c, *ns, now, validity, force)
+				if err != nil {
+					return err
+				}
+				for _, d := range dropped {
+					fmt.Fprintf(out, "no longer trusted: CA %s\n", d.Subject.CommonName)
+				}
+				fmt.Fprintln(out, "hubs refuse certificates of those CAs within a minute; give new agents the output of `drover ca` as --ca-file")
+				return nil
+			}
+			t, err := hub.RotateCA(cmd.Context(), c, *ns, now)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "current CA: %s; still trusted: %d previous\n", t.Current.Cert.Subject.CommonName, len(t.Previous))
+			fmt.Fprintf(out, "hubs sign with the new CA within a minute; agents renew onto it within one certificate lifetime.\n"+
+				"After %s, run `drover ca rotate --finish`.\n", now.Add(validity).UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&finish, "finish", false, "stop trusting the CAs an earlier rotation replaced")
+	cmd.Flags().BoolVar(&force, "force", false, "with --finish: finish before one certificate lifetime has passed (agents not yet renewed must register again)")
+	cmd.Flags().DurationVar(&validity, "certificate-validity", hub.DefaultCertificateValidity, "the hubs' --certificate-validity: how long certificates of the old CA may still be in use")
 	return cmd
 }

@@ -495,9 +495,13 @@ func (r *runner) waitStarted(t *testing.T, uid string) {
 // certificate a test uses with a raw gRPC client, to send what a real agent
 // never would.
 type rawNode struct {
-	name string
-	cert tls.Certificate
-	ca   *x509.CertPool
+	name   string
+	cert   tls.Certificate
+	keyPEM []byte
+	ca     *x509.CertPool
+	// now, when set, is the time the client checks the hub's certificate
+	// at (a hub on a fake clock signs on it).
+	now func() time.Time
 }
 
 // registerRaw registers node with h using a fresh auto-approving token.
@@ -525,14 +529,14 @@ func (f *fixture) registerRaw(h *runningHub, node string) *rawNode {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return &rawNode{name: node, cert: cert, ca: pool}
+	return &rawNode{name: node, cert: cert, keyPEM: keyPEM, ca: pool}
 }
 
 // client returns a client that presents the node's certificate, or none
 // when anonymous.
 func (n *rawNode) client(t *testing.T, addr string, anonymous bool) agentv1.AgentHubClient {
 	t.Helper()
-	cfg := &tls.Config{RootCAs: n.ca, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+	cfg := &tls.Config{RootCAs: n.ca, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13, Time: n.now}
 	if !anonymous {
 		cfg.Certificates = []tls.Certificate{n.cert}
 	}

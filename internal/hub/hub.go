@@ -61,8 +61,13 @@ type Options struct {
 	HeartbeatRefresh time.Duration
 	// LeaseDuration of the hub's Lease. Default: 40s, renewed every third of it.
 	LeaseDuration time.Duration
-	// CertificateValidity of the client certificates the hub signs. Default: 1 year.
+	// CertificateValidity of the client certificates the hub signs; agents
+	// renew theirs after two thirds of it. Default:
+	// DefaultCertificateValidity (7 days).
 	CertificateValidity time.Duration
+	// Signer signs node certificates. Default: Drover's CA as the CA
+	// Secret holds it (the hub's own copy).
+	Signer Signer
 	// Features are the hub sides of the kinds of work it carries (node
 	// jobs, tasks): their items make up each node's snapshot, and each
 	// agent report goes to the feature that owns its uid. New attaches each
@@ -142,7 +147,7 @@ func (o *Options) defaults() error {
 		o.LeaseDuration = 40 * time.Second
 	}
 	if o.CertificateValidity <= 0 {
-		o.CertificateValidity = 365 * 24 * time.Hour
+		o.CertificateValidity = DefaultCertificateValidity
 	}
 	o.RegisterRate, o.RegisterBurst = orLimit(o.RegisterRate, o.RegisterBurst, 500, 1000)
 	o.RegisterRatePerSource, o.RegisterBurstPerSource = orLimit(o.RegisterRatePerSource, o.RegisterBurstPerSource, 20, 50)
@@ -211,12 +216,22 @@ type Hub struct {
 
 	ready chan struct{} // closed once listening
 	addr  net.Addr
-	ca    *pki.CA
+
+	// trust is Drover's CA as the hub last read it (refreshTrust), and
+	// serving the hub's certificate from its current CA.
+	trust   atomic.Pointer[Trust]
+	serving atomic.Pointer[tls.Certificate]
+	// signer signs node certificates (Options.Signer); renewals bounds
+	// Renew calls per node.
+	signer   Signer
+	renewals *renewLimiter
 
 	// kubeCAs are the kube-apiserver's client CAs, and clientCAs the pool of
-	// them and Drover's CA that client certificates are verified against.
-	kubeCAs   atomic.Pointer[[]*x509.Certificate]
-	clientCAs atomic.Pointer[x509.CertPool]
+	// them and Drover's CAs that client certificates are verified against
+	// (clientCAsMu serialises its updates).
+	kubeCAs     atomic.Pointer[[]*x509.Certificate]
+	clientCAs   atomic.Pointer[x509.CertPool]
+	clientCAsMu sync.Mutex
 
 	// stopping is set when the hub shuts down: its streams end then, and
 	// that says nothing of the nodes.
@@ -270,6 +285,11 @@ func New(opts Options) (*Hub, error) {
 			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),
 		registers: newRegisterLimiter(limit(opts.RegisterRate), opts.RegisterBurst,
 			limit(opts.RegisterRatePerSource), opts.RegisterBurstPerSource),
+		renewals: newRenewLimiter(renewInterval),
+		signer:   opts.Signer,
+	}
+	if h.signer == nil {
+		h.signer = caSigner{h}
 	}
 	for _, f := range opts.Features {
 		f.Attach(link{h: h, f: f})
@@ -291,11 +311,12 @@ func (h *Hub) Addr(ctx context.Context) (net.Addr, error) {
 }
 
 // CA waits until the hub has loaded Drover's CA (it does as it starts) and
-// returns it: other transports (the MQTT bridge) authenticate nodes with it.
+// returns its current one: other transports (the MQTT bridge)
+// authenticate nodes with it. They do not follow a rotation yet.
 func (h *Hub) CA(ctx context.Context) (*pki.CA, error) {
 	select {
 	case <-h.ready:
-		return h.ca, nil
+		return h.trust.Load().Current, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -319,28 +340,22 @@ func (h *Hub) Start(ctx context.Context) error {
 	if err := ensureNamespace(ctx, h.opts.APIReader, h.opts.Client, h.opts.Namespace); err != nil {
 		return err
 	}
-	ca, err := EnsureCA(ctx, h.opts.Client, h.opts.Namespace, h.opts.Clock.Now())
+	t, err := EnsureTrust(ctx, h.opts.Client, h.opts.Namespace, h.opts.Clock.Now())
 	if err != nil {
 		return err
 	}
-	h.ca = ca
-	h.clientCAs.Store(ca.Pool())
+	if err := h.setTrust(t); err != nil {
+		return err
+	}
 	h.loadKubeClientCA(ctx)
-	certPEM, keyPEM, err := ca.IssueServing("drover-hub-"+h.opts.Name, h.opts.ServingHosts, h.opts.Clock.Now(), 365*24*time.Hour)
-	if err != nil {
-		return err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("load hub serving certificate: %w", err)
-	}
 	lis, err := net.Listen("tcp", h.opts.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("hub listen on %s: %w", h.opts.ListenAddress, err)
 	}
 	h.addr = lis.Addr()
 	base := &tls.Config{
-		Certificates: []tls.Certificate{cert},
+		// The certificate of the CA the hub read last (refreshTrust).
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return h.serving.Load(), nil },
 		// Register comes without a client certificate; every other call
 		// checks one. Agents present certificates from Drover's CA,
 		// operators from the kube-apiserver's client CA (or a token): each
@@ -348,6 +363,8 @@ func (h *Hub) Start(ctx context.Context) error {
 		ClientAuth: tls.VerifyClientCertIfGiven,
 		ClientCAs:  h.clientCAs.Load(),
 		MinVersion: tls.VersionTLS13,
+		// Certificates expire on the hub's clock, as they are signed on it.
+		Time: h.opts.Clock.Now,
 	}
 	tlsConfig := base.Clone()
 	tlsConfig.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -391,6 +408,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	g.Go(func() error { return h.runLiveness(ctx) })
 	g.Go(func() error { return h.watchNodes(ctx) })
 	g.Go(func() error { return h.refreshKubeClientCA(ctx) })
+	g.Go(func() error { return h.refreshTrust(ctx) })
 	g.Go(func() error {
 		<-ctx.Done()
 		h.stopping.Store(true)

@@ -2,6 +2,9 @@ package hub
 
 import (
 	"context"
+	"crypto/x509"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +24,23 @@ type Peer struct {
 	// such a session to the node's key, and the broker must refuse revoked
 	// certificates itself.
 	Key string
+	// Cert is the node's certificate and Root the CA it chains to, when
+	// the transport has them (gRPC): the hub closes the session when Cert
+	// expires or Root is no longer trusted (a CA rotation finished).
+	Cert, Root *x509.Certificate
+}
+
+// certEnded says why a session with cert, chained to root, must end now,
+// or "" while cert is valid at now and root trusted.
+func (h *Hub) certEnded(cert, root *x509.Certificate, now time.Time) string {
+	switch {
+	case cert != nil && !now.Before(cert.NotAfter):
+		return fmt.Sprintf("its certificate expired at %s; the agent renews it before then, or registers again",
+			cert.NotAfter.UTC().Format(time.RFC3339))
+	case root != nil && !h.trust.Load().trusts(root):
+		return fmt.Sprintf("its certificate's CA %q is no longer trusted (Drover's CA was rotated)", root.Subject.CommonName)
+	}
+	return ""
 }
 
 // checkKey refuses key unless it is the key n registered with and not

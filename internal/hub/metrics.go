@@ -11,6 +11,7 @@ type metrics struct {
 	rejected      *prometheus.CounterVec
 	apiWrites     *prometheus.CounterVec
 	registrations *prometheus.CounterVec
+	renewals      *prometheus.CounterVec
 	dispatched    prometheus.Counter
 	acked         prometheus.Counter
 	batchItems    prometheus.Histogram
@@ -40,6 +41,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drover_hub_registrations_total", Help: "Register calls, by result.",
 		}, []string{"result"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_hub_certificate_renewals_total", Help: "Renew calls, by result (a gRPC code).",
+		}, []string{"result"}),
 		dispatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "drover_hub_dispatched_total", Help: "Work items sent to agents (snapshots count each item).",
 		}),
@@ -64,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign, m.tokenReviews} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.renewals, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign, m.tokenReviews} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

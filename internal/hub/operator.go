@@ -133,11 +133,7 @@ func (h *Hub) loadKubeClientCA(ctx context.Context) {
 		h.log.Warn("the kube-apiserver publishes no client CA; operators must use bearer tokens")
 	}
 	h.kubeCAs.Store(&certs)
-	pool := h.ca.Pool()
-	for _, c := range certs {
-		pool.AddCert(c)
-	}
-	h.clientCAs.Store(pool)
+	h.updateClientCAs()
 }
 
 // refreshKubeClientCA re-reads the client CA now and then, so a rotated one
@@ -169,9 +165,11 @@ func (h *Hub) fromKubeCA(root *x509.Certificate) bool {
 	return false
 }
 
-// rootedAtDrover reports whether chain ends at Drover's CA.
+// rootedAtDrover reports whether chain ends at one of Drover's CAs (the
+// current one, or one a rotation replaced that is still trusted).
 func (h *Hub) rootedAtDrover(chain []*x509.Certificate) bool {
-	return len(chain) > 0 && h.ca != nil && bytes.Equal(chain[len(chain)-1].Raw, h.ca.Cert.Raw)
+	t := h.trust.Load()
+	return len(chain) > 0 && t != nil && t.trusts(chain[len(chain)-1])
 }
 
 // user is an authenticated operator.

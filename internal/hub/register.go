@@ -155,7 +155,7 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 	var certDER []byte
 	var cert *x509.Certificate
 	if fn.Spec.Approved {
-		if certDER, err = h.ca.SignClientCSR(req.GetCsr(), node, now, h.opts.CertificateValidity); err != nil {
+		if certDER, err = h.signer.SignNode(ctx, req.GetCsr(), node); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 		}
 		cert, _ = x509.ParseCertificate(certDER)
@@ -185,10 +185,12 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 			RetryAfterSeconds: uint32(pendingRetry / time.Second),
 		}, nil
 	}
+	t := h.trust.Load()
 	return &agentv1.RegisterResponse{
 		Result:      agentv1.RegisterResponse_RESULT_APPROVED,
 		Certificate: certDER,
-		Ca:          h.ca.Cert.Raw,
+		Ca:          t.Current.Cert.Raw,
+		PreviousCas: t.previousDER(),
 		Message:     fmt.Sprintf("node %s approved", node),
 	}, nil
 }

@@ -33,8 +33,11 @@ const RevokedKeysName = "drover-revoked-keys"
 const MaxRevokedKeys = 5000
 
 // DefaultCertificateValidity is how long the certificates hubs sign are
-// valid unless configured otherwise (Options.CertificateValidity).
-const DefaultCertificateValidity = 365 * 24 * time.Hour
+// valid unless configured otherwise (Options.CertificateValidity). Agents
+// renew theirs well before (Renew). A revocation lasts at least this long
+// (RevocationFor); a hub configured for longer lists its revocations for
+// its own validity (recordRevoked).
+const DefaultCertificateValidity = 7 * 24 * time.Hour
 
 // RevokedKey is one entry of the revocation list.
 type RevokedKey struct {
@@ -182,6 +185,10 @@ func (h *Hub) recordRevoked(ctx context.Context, nodes []fleetv1.FleetNode) {
 		key, e, ok := RevocationFor(n, now)
 		if !ok {
 			continue
+		}
+		// This hub may have signed for longer than the default a moment ago.
+		if x := now.Add(h.opts.CertificateValidity).UTC().Truncate(time.Second); x.After(e.Expires) {
+			e.Expires = x
 		}
 		if _, listed, err := h.revokedKey(ctx, key); err != nil || listed {
 			continue

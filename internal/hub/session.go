@@ -34,6 +34,9 @@ type session struct {
 	// key is the hex SHA-256 of the public key the stream was opened with
 	// (Peer.Key): calls of the node must come with the same one.
 	key string
+	// cert is Peer.Cert: the session ends when it expires or its CA is no
+	// longer trusted (watchNodes).
+	cert, root *x509.Certificate
 	// wake has room for one signal: an event that may give the stream
 	// something to do (a queued envelope, a snapshot, a close) leaves one,
 	// and the stream's goroutine asks the Machine what next.
@@ -56,6 +59,8 @@ func newSession(p Peer, hubRev, agentRev uint64, features []string) *session {
 	return &session{
 		node: node,
 		key:  p.Key,
+		cert: p.Cert,
+		root: p.Root,
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 		m: hubsession.New(hubsession.Config{
@@ -122,7 +127,7 @@ func (h *Hub) nodeFromPeer(ctx context.Context) (Peer, error) {
 	if !isNode {
 		return Peer{}, status.Error(codes.PermissionDenied, "certificate is not a node certificate")
 	}
-	return Peer{Node: cert.Subject.CommonName, Key: pki.KeyFingerprint(cert)}, nil
+	return Peer{Node: cert.Subject.CommonName, Key: pki.KeyFingerprint(cert), Cert: cert, Root: chain[len(chain)-1]}, nil
 }
 
 // GetMessage implements AgentHub: the hub->agent stream.

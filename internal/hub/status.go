@@ -310,16 +310,22 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 			h.recordRevoked(ctx, list.Items)
 		}
 		h.mu.Lock()
-		open := make(map[string]string, len(h.sessions)) // node -> its stream's key
+		open := make(map[string]*session, len(h.sessions))
 		for n, s := range h.sessions {
-			open[n] = s.key
+			open[n] = s
 		}
 		h.mu.Unlock()
-		for name, key := range open {
+		now := h.opts.Clock.Now()
+		for name, s := range open {
+			key := s.key
 			var n fleetv1.FleetNode
 			err := h.opts.Client.Get(ctx, client.ObjectKey{Name: name}, &n)
-			reason := ""
+			reason := h.certEnded(s.cert, s.root, now)
+			// A node whose certificate ended is still the fleet's: it
+			// reconnects with a renewed one.
+			certOnly := reason != ""
 			switch {
+			case reason != "":
 			case apierrors.IsNotFound(err):
 				reason = "node " + name + " was deleted"
 			case err != nil:
@@ -337,10 +343,14 @@ func (h *Hub) watchNodes(ctx context.Context) error {
 				continue
 			}
 			h.mu.Lock()
-			s := h.sessions[name]
-			h.live.Forget(name)
+			// Only the stream checked: the node may have opened another
+			// since, with a renewed certificate.
+			cur := h.sessions[name] == s
+			if cur && !certOnly {
+				h.live.Forget(name)
+			}
 			h.mu.Unlock()
-			if s != nil {
+			if cur {
 				h.log.Info("closing stream", "node", name, "reason", reason)
 				s.close(reason)
 			}

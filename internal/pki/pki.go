@@ -256,3 +256,47 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// CrossSign signs other's subject and key with ca: the cross certificate
+// that chains certificates of other (a new CA) to ca (the one it
+// replaces), for peers that trust only ca yet. It is valid as long as both.
+func (ca *CA) CrossSign(other *x509.Certificate, now time.Time) ([]byte, error) {
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               other.Subject,
+		SubjectKeyId:          other.SubjectKeyId,
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              other.NotAfter,
+		KeyUsage:              other.KeyUsage,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	if ca.Cert.NotAfter.Before(tmpl.NotAfter) {
+		tmpl.NotAfter = ca.Cert.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, other.PublicKey, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("cross-sign CA %q with %q: %w", other.Subject.CommonName, ca.Cert.Subject.CommonName, err)
+	}
+	return der, nil
+}
+
+// ParseCerts parses every PEM certificate in b; other blocks are skipped.
+func ParseCerts(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return out, nil
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parse certificate: %w", err)
+		}
+		out = append(out, c)
+	}
+}

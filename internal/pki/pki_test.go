@@ -109,3 +109,45 @@ func TestKeyFingerprintMatchesTheRequest(t *testing.T) {
 		t.Error("two keys share a fingerprint")
 	}
 }
+
+// TestCrossSignChainsANewCAToTheOld: a peer that trusts only the old CA
+// verifies a certificate of the new one through the cross certificate; a
+// peer that trusts the new one needs none.
+func TestCrossSignChainsANewCAToTheOld(t *testing.T) {
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	oldCA, err := NewCA("drover-ca", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := NewCA("drover-ca-2", now, 48*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crossDER, err := oldCA.CrossSign(newCA.Cert, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := newCA.IssueServing("hub", []string{"127.0.0.1"}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := ParseCerts(append(certPEM, EncodeCert(crossDER)...))
+	if err != nil || len(certs) != 2 {
+		t.Fatalf("ParseCerts: %d certificates, %v", len(certs), err)
+	}
+	if !certs[1].NotAfter.Equal(oldCA.Cert.NotAfter) {
+		t.Errorf("cross certificate valid until %v, want the old CA's end %v", certs[1].NotAfter, oldCA.Cert.NotAfter)
+	}
+	inter := x509.NewCertPool()
+	inter.AddCert(certs[1])
+	at := now.Add(time.Minute)
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: oldCA.Pool(), Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("trusting the old CA, with the cross certificate: %v", err)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: oldCA.Pool(), CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+		t.Error("trusting the old CA, without the cross certificate: verified")
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: newCA.Pool(), Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("trusting the new CA: %v", err)
+	}
+}

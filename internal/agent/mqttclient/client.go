@@ -208,6 +208,12 @@ func (c *Client) Register(context.Context, *agentv1.RegisterRequest, ...grpc.Cal
 	return nil, status.Error(codes.Unimplemented, "registration uses the hub's gRPC Register, not MQTT")
 }
 
+// Renew is not carried over MQTT: the agent renews its certificate with
+// the hub's gRPC Renew, as it registers.
+func (c *Client) Renew(context.Context, *agentv1.RenewRequest, ...grpc.CallOption) (*agentv1.RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "certificate renewal uses the hub's gRPC Renew, not MQTT")
+}
+
 // topicFor is where env goes: heartbeats on the heartbeat topic, the rest on
 // the status topic of the work item it is about ("-" when none).
 func (c *Client) topicFor(env *agentv1.Envelope) string {

@@ -155,8 +155,8 @@ func (b *Bridge) Start(ctx context.Context) error {
 	}
 	b.url = b.opts.Broker
 	if b.opts.Listen != "" {
-		br, err := broker.Start(broker.Options{Address: b.opts.Listen, CA: ca, ServingHosts: b.opts.ServingHosts, Layout: b.layout, Logger: b.log,
-			Admit: b.hub.AdmitKey})
+		br, err := broker.Start(broker.Options{Address: b.opts.Listen, CA: ca, ClientCAs: b.hub.TrustedCAs, ServingHosts: b.opts.ServingHosts,
+			Layout: b.layout, Logger: b.log, Admit: b.hub.AdmitKey})
 		if err != nil {
 			return err
 		}

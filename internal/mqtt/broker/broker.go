@@ -37,6 +37,10 @@ type Options struct {
 	// CA is Drover's CA: it signs the broker's serving certificate and every
 	// client certificate the broker accepts. Required.
 	CA *pki.CA
+	// ClientCAs, when set, are the CAs client certificates are verified
+	// against at each connect (a hub's Hub.TrustedCAs: its CA and those a
+	// rotation left trusted). Default: CA.
+	ClientCAs func() *x509.CertPool
 	// ServingHosts are the names and IPs in the serving certificate.
 	// Default: 127.0.0.1, localhost and the host name.
 	ServingHosts []string
@@ -121,12 +125,21 @@ func Start(opts Options) (*Broker, error) {
 	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout, admit: opts.Admit}, nil); err != nil {
 		return nil, fmt.Errorf("mqtt broker: %w", err)
 	}
-	l := listeners.NewTCP(listeners.Config{ID: "drover-tls", Address: opts.Address, TLSConfig: &tls.Config{
+	tlsConfig := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    opts.CA.Pool(),
 		MinVersion:   tls.VersionTLS12,
-	}})
+	}
+	if opts.ClientCAs != nil {
+		base := tlsConfig.Clone()
+		tlsConfig.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := base.Clone()
+			c.ClientCAs = opts.ClientCAs()
+			return c, nil
+		}
+	}
+	l := listeners.NewTCP(listeners.Config{ID: "drover-tls", Address: opts.Address, TLSConfig: tlsConfig})
 	if err := srv.AddListener(l); err != nil {
 		return nil, fmt.Errorf("mqtt broker listen on %s: %w", opts.Address, err)
 	}

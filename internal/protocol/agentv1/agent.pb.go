@@ -501,8 +501,11 @@ type RegisterResponse struct {
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// retry_after_seconds tells a PENDING agent when to ask again.
 	RetryAfterSeconds uint32 `protobuf:"varint,5,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// previous_cas are CA certificates (DER) still trusted after a CA
+	// rotation, beside ca: hubs may serve certificates chained to either.
+	PreviousCas   [][]byte `protobuf:"bytes,6,rep,name=previous_cas,json=previousCas,proto3" json:"previous_cas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -570,6 +573,121 @@ func (x *RegisterResponse) GetRetryAfterSeconds() uint32 {
 	return 0
 }
 
+func (x *RegisterResponse) GetPreviousCas() [][]byte {
+	if x != nil {
+		return x.PreviousCas
+	}
+	return nil
+}
+
+type RenewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// csr is a DER-encoded PKCS#10 request for the key of the calling
+	// certificate, whose subject CN is the node's name.
+	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RenewRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+type RenewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// certificate is the new client certificate (DER).
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// ca and previous_cas are as in RegisterResponse.
+	Ca            []byte   `protobuf:"bytes,2,opt,name=ca,proto3" json:"ca,omitempty"`
+	PreviousCas   [][]byte `protobuf:"bytes,3,rep,name=previous_cas,json=previousCas,proto3" json:"previous_cas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RenewResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetCa() []byte {
+	if x != nil {
+		return x.Ca
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetPreviousCas() [][]byte {
+	if x != nil {
+		return x.PreviousCas
+	}
+	return nil
+}
+
 type NodeInfo struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Labels map[string]string      `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -585,7 +703,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +715,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +728,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeInfo) GetLabels() map[string]string {
@@ -673,7 +791,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +803,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +816,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetMessageRequest) GetLastRevision() uint64 {
@@ -741,7 +859,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +871,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +884,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SendResponse) GetDuplicate() bool {
@@ -791,7 +909,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +921,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +934,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // Ack settles the envelope named by the envelope's ack_of and, when an
@@ -830,7 +948,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +960,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +973,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ack) GetMore() []string {
@@ -876,7 +994,7 @@ type FullSyncRequest struct {
 
 func (x *FullSyncRequest) Reset() {
 	*x = FullSyncRequest{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1006,7 @@ func (x *FullSyncRequest) String() string {
 func (*FullSyncRequest) ProtoMessage() {}
 
 func (x *FullSyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1019,7 @@ func (x *FullSyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullSyncRequest.ProtoReflect.Descriptor instead.
 func (*FullSyncRequest) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FullSyncRequest) GetHaveRevision() uint64 {
@@ -925,7 +1043,7 @@ type WorkItem struct {
 
 func (x *WorkItem) Reset() {
 	*x = WorkItem{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1055,7 @@ func (x *WorkItem) String() string {
 func (*WorkItem) ProtoMessage() {}
 
 func (x *WorkItem) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1068,7 @@ func (x *WorkItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkItem.ProtoReflect.Descriptor instead.
 func (*WorkItem) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkItem) GetUid() string {
@@ -983,7 +1101,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1113,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1126,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Snapshot) GetItems() []*WorkItem {
@@ -1033,7 +1151,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1163,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1176,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dispatch) GetItem() *WorkItem {
@@ -1084,7 +1202,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1214,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1227,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cancel) GetUid() string {
@@ -1131,7 +1249,7 @@ type WorkStatus struct {
 
 func (x *WorkStatus) Reset() {
 	*x = WorkStatus{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1261,7 @@ func (x *WorkStatus) String() string {
 func (*WorkStatus) ProtoMessage() {}
 
 func (x *WorkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1274,7 @@ func (x *WorkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStatus.ProtoReflect.Descriptor instead.
 func (*WorkStatus) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkStatus) GetUid() string {
@@ -1201,7 +1319,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1331,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1344,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Status) GetWork() *WorkStatus {
@@ -1253,7 +1371,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1383,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1396,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeState) GetInfo() *NodeInfo {
@@ -1305,7 +1423,7 @@ type NodeConfiguration struct {
 
 func (x *NodeConfiguration) Reset() {
 	*x = NodeConfiguration{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1435,7 @@ func (x *NodeConfiguration) String() string {
 func (*NodeConfiguration) ProtoMessage() {}
 
 func (x *NodeConfiguration) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1448,7 @@ func (x *NodeConfiguration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfiguration.ProtoReflect.Descriptor instead.
 func (*NodeConfiguration) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeConfiguration) GetHeartbeatSeconds() uint32 {
@@ -1370,7 +1488,7 @@ type LogRequest struct {
 
 func (x *LogRequest) Reset() {
 	*x = LogRequest{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1500,7 @@ func (x *LogRequest) String() string {
 func (*LogRequest) ProtoMessage() {}
 
 func (x *LogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1513,7 @@ func (x *LogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRequest.ProtoReflect.Descriptor instead.
 func (*LogRequest) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LogRequest) GetRequestId() string {
@@ -1449,7 +1567,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1579,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_drover_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_drover_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1592,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_drover_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogChunk) GetRequestId() string {
@@ -1535,17 +1653,24 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12'\n" +
 	"\x0fbootstrap_token\x18\x02 \x01(\tR\x0ebootstrapToken\x12\x10\n" +
 	"\x03csr\x18\x03 \x01(\fR\x03csr\x12-\n" +
-	"\x04info\x18\x04 \x01(\v2\x19.drover.agent.v1.NodeInfoR\x04info\"\x9b\x02\n" +
+	"\x04info\x18\x04 \x01(\v2\x19.drover.agent.v1.NodeInfoR\x04info\"\xbe\x02\n" +
 	"\x10RegisterResponse\x12@\n" +
 	"\x06result\x18\x01 \x01(\x0e2(.drover.agent.v1.RegisterResponse.ResultR\x06result\x12 \n" +
 	"\vcertificate\x18\x02 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x03 \x01(\fR\x02ca\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12.\n" +
-	"\x13retry_after_seconds\x18\x05 \x01(\rR\x11retryAfterSeconds\"I\n" +
+	"\x13retry_after_seconds\x18\x05 \x01(\rR\x11retryAfterSeconds\x12!\n" +
+	"\fprevious_cas\x18\x06 \x03(\fR\vpreviousCas\"I\n" +
 	"\x06Result\x12\x16\n" +
 	"\x12RESULT_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eRESULT_PENDING\x10\x01\x12\x13\n" +
-	"\x0fRESULT_APPROVED\x10\x02\"\xeb\x02\n" +
+	"\x0fRESULT_APPROVED\x10\x02\" \n" +
+	"\fRenewRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"d\n" +
+	"\rRenewResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
+	"\x02ca\x18\x02 \x01(\fR\x02ca\x12!\n" +
+	"\fprevious_cas\x18\x03 \x03(\fR\vpreviousCas\"\xeb\x02\n" +
 	"\bNodeInfo\x12=\n" +
 	"\x06labels\x18\x01 \x03(\v2%.drover.agent.v1.NodeInfo.LabelsEntryR\x06labels\x12C\n" +
 	"\bcapacity\x18\x02 \x03(\v2'.drover.agent.v1.NodeInfo.CapacityEntryR\bcapacity\x12#\n" +
@@ -1626,12 +1751,13 @@ const file_drover_agent_v1_agent_proto_rawDesc = "" +
 	"\x17KIND_NODE_CONFIGURATION\x10\t\x12\x14\n" +
 	"\x10KIND_LOG_REQUEST\x10\n" +
 	"\x12\x12\n" +
-	"\x0eKIND_LOG_CHUNK\x10\v2\xf3\x01\n" +
+	"\x0eKIND_LOG_CHUNK\x10\v2\xbb\x02\n" +
 	"\bAgentHub\x12O\n" +
 	"\bRegister\x12 .drover.agent.v1.RegisterRequest\x1a!.drover.agent.v1.RegisterResponse\x12G\n" +
 	"\vSendMessage\x12\x19.drover.agent.v1.Envelope\x1a\x1d.drover.agent.v1.SendResponse\x12M\n" +
 	"\n" +
-	"GetMessage\x12\".drover.agent.v1.GetMessageRequest\x1a\x19.drover.agent.v1.Envelope0\x01BBZ@github.com/drover-fleet/drover/internal/protocol/agentv1;agentv1b\x06proto3"
+	"GetMessage\x12\".drover.agent.v1.GetMessageRequest\x1a\x19.drover.agent.v1.Envelope0\x01\x12F\n" +
+	"\x05Renew\x12\x1d.drover.agent.v1.RenewRequest\x1a\x1e.drover.agent.v1.RenewResponseBBZ@github.com/drover-fleet/drover/internal/protocol/agentv1;agentv1b\x06proto3"
 
 var (
 	file_drover_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1646,65 +1772,69 @@ func file_drover_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_drover_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_drover_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_drover_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_drover_agent_v1_agent_proto_goTypes = []any{
 	(Kind)(0),                    // 0: drover.agent.v1.Kind
 	(RegisterResponse_Result)(0), // 1: drover.agent.v1.RegisterResponse.Result
 	(*Envelope)(nil),             // 2: drover.agent.v1.Envelope
 	(*RegisterRequest)(nil),      // 3: drover.agent.v1.RegisterRequest
 	(*RegisterResponse)(nil),     // 4: drover.agent.v1.RegisterResponse
-	(*NodeInfo)(nil),             // 5: drover.agent.v1.NodeInfo
-	(*GetMessageRequest)(nil),    // 6: drover.agent.v1.GetMessageRequest
-	(*SendResponse)(nil),         // 7: drover.agent.v1.SendResponse
-	(*Heartbeat)(nil),            // 8: drover.agent.v1.Heartbeat
-	(*Ack)(nil),                  // 9: drover.agent.v1.Ack
-	(*FullSyncRequest)(nil),      // 10: drover.agent.v1.FullSyncRequest
-	(*WorkItem)(nil),             // 11: drover.agent.v1.WorkItem
-	(*Snapshot)(nil),             // 12: drover.agent.v1.Snapshot
-	(*Dispatch)(nil),             // 13: drover.agent.v1.Dispatch
-	(*Cancel)(nil),               // 14: drover.agent.v1.Cancel
-	(*WorkStatus)(nil),           // 15: drover.agent.v1.WorkStatus
-	(*Status)(nil),               // 16: drover.agent.v1.Status
-	(*NodeState)(nil),            // 17: drover.agent.v1.NodeState
-	(*NodeConfiguration)(nil),    // 18: drover.agent.v1.NodeConfiguration
-	(*LogRequest)(nil),           // 19: drover.agent.v1.LogRequest
-	(*LogChunk)(nil),             // 20: drover.agent.v1.LogChunk
-	nil,                          // 21: drover.agent.v1.NodeInfo.LabelsEntry
-	nil,                          // 22: drover.agent.v1.NodeInfo.CapacityEntry
+	(*RenewRequest)(nil),         // 5: drover.agent.v1.RenewRequest
+	(*RenewResponse)(nil),        // 6: drover.agent.v1.RenewResponse
+	(*NodeInfo)(nil),             // 7: drover.agent.v1.NodeInfo
+	(*GetMessageRequest)(nil),    // 8: drover.agent.v1.GetMessageRequest
+	(*SendResponse)(nil),         // 9: drover.agent.v1.SendResponse
+	(*Heartbeat)(nil),            // 10: drover.agent.v1.Heartbeat
+	(*Ack)(nil),                  // 11: drover.agent.v1.Ack
+	(*FullSyncRequest)(nil),      // 12: drover.agent.v1.FullSyncRequest
+	(*WorkItem)(nil),             // 13: drover.agent.v1.WorkItem
+	(*Snapshot)(nil),             // 14: drover.agent.v1.Snapshot
+	(*Dispatch)(nil),             // 15: drover.agent.v1.Dispatch
+	(*Cancel)(nil),               // 16: drover.agent.v1.Cancel
+	(*WorkStatus)(nil),           // 17: drover.agent.v1.WorkStatus
+	(*Status)(nil),               // 18: drover.agent.v1.Status
+	(*NodeState)(nil),            // 19: drover.agent.v1.NodeState
+	(*NodeConfiguration)(nil),    // 20: drover.agent.v1.NodeConfiguration
+	(*LogRequest)(nil),           // 21: drover.agent.v1.LogRequest
+	(*LogChunk)(nil),             // 22: drover.agent.v1.LogChunk
+	nil,                          // 23: drover.agent.v1.NodeInfo.LabelsEntry
+	nil,                          // 24: drover.agent.v1.NodeInfo.CapacityEntry
 }
 var file_drover_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: drover.agent.v1.Envelope.kind:type_name -> drover.agent.v1.Kind
-	8,  // 1: drover.agent.v1.Envelope.heartbeat:type_name -> drover.agent.v1.Heartbeat
-	17, // 2: drover.agent.v1.Envelope.node_state:type_name -> drover.agent.v1.NodeState
-	9,  // 3: drover.agent.v1.Envelope.ack:type_name -> drover.agent.v1.Ack
-	10, // 4: drover.agent.v1.Envelope.full_sync_request:type_name -> drover.agent.v1.FullSyncRequest
-	12, // 5: drover.agent.v1.Envelope.snapshot:type_name -> drover.agent.v1.Snapshot
-	13, // 6: drover.agent.v1.Envelope.dispatch:type_name -> drover.agent.v1.Dispatch
-	14, // 7: drover.agent.v1.Envelope.cancel:type_name -> drover.agent.v1.Cancel
-	16, // 8: drover.agent.v1.Envelope.status:type_name -> drover.agent.v1.Status
-	18, // 9: drover.agent.v1.Envelope.node_configuration:type_name -> drover.agent.v1.NodeConfiguration
-	19, // 10: drover.agent.v1.Envelope.log_request:type_name -> drover.agent.v1.LogRequest
-	20, // 11: drover.agent.v1.Envelope.log_chunk:type_name -> drover.agent.v1.LogChunk
-	5,  // 12: drover.agent.v1.RegisterRequest.info:type_name -> drover.agent.v1.NodeInfo
+	10, // 1: drover.agent.v1.Envelope.heartbeat:type_name -> drover.agent.v1.Heartbeat
+	19, // 2: drover.agent.v1.Envelope.node_state:type_name -> drover.agent.v1.NodeState
+	11, // 3: drover.agent.v1.Envelope.ack:type_name -> drover.agent.v1.Ack
+	12, // 4: drover.agent.v1.Envelope.full_sync_request:type_name -> drover.agent.v1.FullSyncRequest
+	14, // 5: drover.agent.v1.Envelope.snapshot:type_name -> drover.agent.v1.Snapshot
+	15, // 6: drover.agent.v1.Envelope.dispatch:type_name -> drover.agent.v1.Dispatch
+	16, // 7: drover.agent.v1.Envelope.cancel:type_name -> drover.agent.v1.Cancel
+	18, // 8: drover.agent.v1.Envelope.status:type_name -> drover.agent.v1.Status
+	20, // 9: drover.agent.v1.Envelope.node_configuration:type_name -> drover.agent.v1.NodeConfiguration
+	21, // 10: drover.agent.v1.Envelope.log_request:type_name -> drover.agent.v1.LogRequest
+	22, // 11: drover.agent.v1.Envelope.log_chunk:type_name -> drover.agent.v1.LogChunk
+	7,  // 12: drover.agent.v1.RegisterRequest.info:type_name -> drover.agent.v1.NodeInfo
 	1,  // 13: drover.agent.v1.RegisterResponse.result:type_name -> drover.agent.v1.RegisterResponse.Result
-	21, // 14: drover.agent.v1.NodeInfo.labels:type_name -> drover.agent.v1.NodeInfo.LabelsEntry
-	22, // 15: drover.agent.v1.NodeInfo.capacity:type_name -> drover.agent.v1.NodeInfo.CapacityEntry
-	5,  // 16: drover.agent.v1.GetMessageRequest.info:type_name -> drover.agent.v1.NodeInfo
-	11, // 17: drover.agent.v1.Snapshot.items:type_name -> drover.agent.v1.WorkItem
-	11, // 18: drover.agent.v1.Dispatch.item:type_name -> drover.agent.v1.WorkItem
-	11, // 19: drover.agent.v1.Dispatch.more:type_name -> drover.agent.v1.WorkItem
-	15, // 20: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
-	15, // 21: drover.agent.v1.Status.more:type_name -> drover.agent.v1.WorkStatus
-	5,  // 22: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
-	15, // 23: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
+	23, // 14: drover.agent.v1.NodeInfo.labels:type_name -> drover.agent.v1.NodeInfo.LabelsEntry
+	24, // 15: drover.agent.v1.NodeInfo.capacity:type_name -> drover.agent.v1.NodeInfo.CapacityEntry
+	7,  // 16: drover.agent.v1.GetMessageRequest.info:type_name -> drover.agent.v1.NodeInfo
+	13, // 17: drover.agent.v1.Snapshot.items:type_name -> drover.agent.v1.WorkItem
+	13, // 18: drover.agent.v1.Dispatch.item:type_name -> drover.agent.v1.WorkItem
+	13, // 19: drover.agent.v1.Dispatch.more:type_name -> drover.agent.v1.WorkItem
+	17, // 20: drover.agent.v1.Status.work:type_name -> drover.agent.v1.WorkStatus
+	17, // 21: drover.agent.v1.Status.more:type_name -> drover.agent.v1.WorkStatus
+	7,  // 22: drover.agent.v1.NodeState.info:type_name -> drover.agent.v1.NodeInfo
+	17, // 23: drover.agent.v1.NodeState.work:type_name -> drover.agent.v1.WorkStatus
 	3,  // 24: drover.agent.v1.AgentHub.Register:input_type -> drover.agent.v1.RegisterRequest
 	2,  // 25: drover.agent.v1.AgentHub.SendMessage:input_type -> drover.agent.v1.Envelope
-	6,  // 26: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
-	4,  // 27: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
-	7,  // 28: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
-	2,  // 29: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
-	27, // [27:30] is the sub-list for method output_type
-	24, // [24:27] is the sub-list for method input_type
+	8,  // 26: drover.agent.v1.AgentHub.GetMessage:input_type -> drover.agent.v1.GetMessageRequest
+	5,  // 27: drover.agent.v1.AgentHub.Renew:input_type -> drover.agent.v1.RenewRequest
+	4,  // 28: drover.agent.v1.AgentHub.Register:output_type -> drover.agent.v1.RegisterResponse
+	9,  // 29: drover.agent.v1.AgentHub.SendMessage:output_type -> drover.agent.v1.SendResponse
+	2,  // 30: drover.agent.v1.AgentHub.GetMessage:output_type -> drover.agent.v1.Envelope
+	6,  // 31: drover.agent.v1.AgentHub.Renew:output_type -> drover.agent.v1.RenewResponse
+	28, // [28:32] is the sub-list for method output_type
+	24, // [24:28] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -1734,7 +1864,7 @@ func file_drover_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_drover_agent_v1_agent_proto_rawDesc), len(file_drover_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

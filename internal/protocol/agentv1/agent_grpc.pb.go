@@ -25,6 +25,7 @@ const (
 	AgentHub_Register_FullMethodName    = "/drover.agent.v1.AgentHub/Register"
 	AgentHub_SendMessage_FullMethodName = "/drover.agent.v1.AgentHub/SendMessage"
 	AgentHub_GetMessage_FullMethodName  = "/drover.agent.v1.AgentHub/GetMessage"
+	AgentHub_Renew_FullMethodName       = "/drover.agent.v1.AgentHub/Renew"
 )
 
 // AgentHubClient is the client API for AgentHub service.
@@ -44,6 +45,10 @@ type AgentHubClient interface {
 	// GetMessage opens the hub->agent stream. The hub first sends a
 	// NodeConfiguration and a Snapshot, then Dispatch/Cancel as work changes.
 	GetMessage(ctx context.Context, in *GetMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Envelope], error)
+	// Renew signs a new certificate for the key of the node's current,
+	// still-valid certificate (the caller's). The node keeps its key: its
+	// identity is its name and the key it registered with.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 }
 
 type agentHubClient struct {
@@ -93,6 +98,16 @@ func (c *agentHubClient) GetMessage(ctx context.Context, in *GetMessageRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentHub_GetMessageClient = grpc.ServerStreamingClient[Envelope]
 
+func (c *agentHubClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, AgentHub_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentHubServer is the server API for AgentHub service.
 // All implementations must embed UnimplementedAgentHubServer
 // for forward compatibility.
@@ -110,6 +125,10 @@ type AgentHubServer interface {
 	// GetMessage opens the hub->agent stream. The hub first sends a
 	// NodeConfiguration and a Snapshot, then Dispatch/Cancel as work changes.
 	GetMessage(*GetMessageRequest, grpc.ServerStreamingServer[Envelope]) error
+	// Renew signs a new certificate for the key of the node's current,
+	// still-valid certificate (the caller's). The node keeps its key: its
+	// identity is its name and the key it registered with.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	mustEmbedUnimplementedAgentHubServer()
 }
 
@@ -128,6 +147,9 @@ func (UnimplementedAgentHubServer) SendMessage(context.Context, *Envelope) (*Sen
 }
 func (UnimplementedAgentHubServer) GetMessage(*GetMessageRequest, grpc.ServerStreamingServer[Envelope]) error {
 	return status.Errorf(codes.Unimplemented, "method GetMessage not implemented")
+}
+func (UnimplementedAgentHubServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedAgentHubServer) mustEmbedUnimplementedAgentHubServer() {}
 func (UnimplementedAgentHubServer) testEmbeddedByValue()                  {}
@@ -197,6 +219,24 @@ func _AgentHub_GetMessage_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentHub_GetMessageServer = grpc.ServerStreamingServer[Envelope]
 
+func _AgentHub_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentHubServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentHub_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentHubServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentHub_ServiceDesc is the grpc.ServiceDesc for AgentHub service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -211,6 +251,10 @@ var AgentHub_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SendMessage",
 			Handler:    _AgentHub_SendMessage_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _AgentHub_Renew_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
