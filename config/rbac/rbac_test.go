@@ -139,7 +139,6 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", fleet, "fleetnodes", "", "", true},
 			{hubSA, "watch", fleet, "fleetnodes", "", "", true},
 			{hubSA, "patch", fleet, "fleetnodes/status", "", "", true},
-			{hubSA, "patch", fleet, "fleetnodes", "", "", true}, // labels the agent reports
 			{hubSA, "list", batch, "tasks", "", "", true},
 			{hubSA, "patch", batch, "tasks", "team-a", "", true},
 			{hubSA, "patch", batch, "tasks/status", "team-a", "", true},
@@ -162,6 +161,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", batch, "tasks", "team-a", "", false},
 			{hubSA, "delete", batch, "tasks", "team-a", "", false},
 			{hubSA, "update", fleet, "fleetnodes", "", "", false}, // approving a node is a person's call
+			{hubSA, "patch", fleet, "fleetnodes", "", "", false},  // an agent's labels reach a node only as approved
 			{hubSA, "delete", fleet, "fleetnodes", "", "", false},
 			{hubSA, "update", ops, "nodeupgradejobs/status", "", "", false},
 			{hubSA, "delete", ops, "nodetaskslices", "", "", false},
@@ -183,6 +183,7 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "create", ops, "nodetaskslices", "", "", true},
 			{managerSA, "update", ops, "nodeupgradejobs/status", "", "", true},
 			{managerSA, "patch", fleet, "fleetnodes/status", "", "", true},
+			{managerSA, "patch", fleet, "fleetnodes", "", "", true}, // approved labels into metadata.labels
 			{managerSA, "get", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
 			{managerSA, "create", "coordination.k8s.io", "leases", ns, "", true},
 			{managerSA, "create", "", "events", ns, "", true},
