@@ -172,9 +172,13 @@ func CapacityOverApproved(n *fleetv1.FleetNode) []string {
 // reports the approved labels, False, reason LabelChangePending, with the
 // changes, while it reports others (announced as a warning, and again when
 // the changes change). An unapproved node has nothing approved to compare
-// with and is left alone.
+// with and is left alone, and so is a node whose agent reported nothing yet
+// (an agent always reports its OS): until the condition is recorded, the
+// manager approves the first report of a node approved by hand
+// (AdoptReported), so an approval that raced the registration's status
+// write still approves what the agent registered with.
 func SetLabelsApproval(n *fleetv1.FleetNode, now time.Time) Change {
-	if !n.Spec.Approved {
+	if !n.Spec.Approved || n.Status.ReportedLabels == nil {
 		return Change{}
 	}
 	prev := meta.FindStatusCondition(n.Status.Conditions, fleetv1.LabelsApprovedCondition)

@@ -135,6 +135,8 @@ func TestSetLabelsApproval(t *testing.T) {
 		{name: "the changes approved: announced",
 			node: withLabels(changed, maps.Clone(changed), pendingC), set: set,
 			wantPhase: online, wantHub: "hub-a", wantConds: []metav1.Condition{asApproved}, wantEvent: fleetv1.ReasonAsApproved, wantType: normalT},
+		{name: "a node that reported nothing yet is left alone",
+			node: withLabels(approved, nil), set: set, wantPhase: online, wantHub: "hub-a", wantUnchanged: true},
 		{name: "an unapproved node is left alone",
 			node: unapproved, set: set, wantPhase: online, wantHub: "hub-a", wantUnchanged: true},
 	})
