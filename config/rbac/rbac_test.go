@@ -414,9 +414,9 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 			t.Errorf("Lease %s: %v", lease, err)
 		}
 	}
-	// The hub may label a node but not approve, revoke or cordon it
-	// (config/admission/fleetnode_hub.yaml; the control plane of the test
-	// installs it as `drover controlplane` does).
+	// The hub may neither label a node (what an agent reports reaches
+	// metadata.labels only as approved, by the manager) nor approve, revoke
+	// or cordon it.
 	hubCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig(ns, "drover-hub"))
 	if err != nil {
 		t.Fatal(err)
@@ -429,17 +429,20 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node"}}
 		return asHub.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(p)))
 	}
-	if err := patchNode(`{"metadata":{"labels":{"rbac-test":"labelled-by-the-hub"}}}`); err != nil {
-		t.Errorf("the hub labelling a node: %v", err)
-	}
-	testenv.Eventually(t, runTimeout, "the policy loaded and refusing the hub a spec change", func(context.Context) (bool, error) {
-		err := patchNode(`{"spec":{"unschedulable":true}}`)
-		if err == nil {
-			_ = patchNode(`{"spec":{"unschedulable":false}}`) // before the policy was loaded
-			return false, errors.New("accepted")
+	for _, p := range []string{`{"metadata":{"labels":{"pool":"gpu"}}}`, `{"spec":{"unschedulable":true}}`} {
+		if err := patchNode(p); !apierrors.IsForbidden(err) {
+			t.Errorf("the hub patching a node with %s: %v, want forbidden", p, err)
 		}
-		if !strings.Contains(err.Error(), "not its spec") {
+	}
+	// The manager carried the labels the agent registered with, approved by
+	// the auto-approve token, into metadata.labels.
+	testenv.Eventually(t, runTimeout, "the agent's approved label on the node", func(ctx context.Context) (bool, error) {
+		var n fleetv1.FleetNode
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "rbac-node"}, &n); err != nil {
 			return false, err
+		}
+		if n.Spec.ApprovedLabels["kind"] != "rbac" || n.Labels["kind"] != "rbac" {
+			return false, fmt.Errorf("approved labels %v, labels %v", n.Spec.ApprovedLabels, n.Labels)
 		}
 		return true, nil
 	})

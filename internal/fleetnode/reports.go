@@ -28,8 +28,11 @@ import (
 // capacity (`drover approve`); it reports whether the spec changed.
 func ApproveReported(n *fleetv1.FleetNode) bool {
 	changed := false
-	if !maps.Equal(n.Spec.ApprovedLabels, n.Status.ReportedLabels) {
-		n.Spec.ApprovedLabels, changed = maps.Clone(n.Status.ReportedLabels), true
+	// The reserved keys from the facts again: an older hub's report has
+	// only the agent's labels.
+	s := &n.Status
+	if l := nodeLabels(s.ReportedLabels, s.OS, s.Arch, s.Hostname); !maps.Equal(n.Spec.ApprovedLabels, l) {
+		n.Spec.ApprovedLabels, changed = l, true
 	}
 	if c := reportedCapacity(n); !capacityEqual(n.Spec.ApprovedCapacity, c) {
 		n.Spec.ApprovedCapacity, changed = c.DeepCopy(), true

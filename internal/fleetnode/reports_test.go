@@ -210,6 +210,18 @@ func TestAdoptReported(t *testing.T) {
 	if !AdoptReported(n) || n.Spec.ApprovedLabels["site"] != "berlin" || n.Spec.ApprovedCapacity.Cpu().String() != "2" {
 		t.Errorf("a node approved by hand: AdoptReported left spec %+v, want the reports approved", n.Spec)
 	}
+	// A node an older hub wrote: the agent's labels only, the claim in
+	// capacity. The reserved keys come from the facts, as a new hub reports
+	// them, so that its first report is no change.
+	n = node(online, "hub-a")
+	n.Status.OS, n.Status.ReportedLabels, n.Status.Capacity = "linux", map[string]string{"site": "berlin"}, res("cpu", "2")
+	if !AdoptReported(n) || !maps.Equal(n.Spec.ApprovedLabels, map[string]string{"site": "berlin", fleetv1.LabelOS: "linux"}) || n.Spec.ApprovedCapacity.Cpu().String() != "2" {
+		t.Errorf("a node from an older hub: AdoptReported left spec %+v", n.Spec)
+	}
+	SetReported(n, &Info{OS: "linux", Labels: map[string]string{"site": "berlin"}, Capacity: res("cpu", "2")})
+	if c := SetLabelsApproval(n, now); len(LabelChanges(n)) != 0 || !c.Event.IsZero() {
+		t.Errorf("a new hub's first report of an adopted node: changes %v, event %+v; want none", LabelChanges(n), c.Event)
+	}
 	n = reported()
 	n.Spec.Approved = false
 	if AdoptReported(n) {

@@ -257,7 +257,7 @@ func (h *Hub) ServeSession(ctx context.Context, p Peer, req *agentv1.GetMessageR
 func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
 	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
-	if h.writeStatusOn(ctx, fn.Name, fn, "connect", func(n *fleetv1.FleetNode) bool {
+	if h.writeStatus(ctx, fn.Name, "connect", func(n *fleetv1.FleetNode) bool {
 		wrote, c = n, fleetnode.SetConnected(n, h.opts.Name, now, nodeInfo(req.GetInfo()))
 		return c.Changed
 	}) {
