@@ -22,8 +22,8 @@ type Info struct {
 
 // NodeLabels are the labels info asks the node to carry: the agent's, with
 // fleet.drover.io/os, /arch and /hostname taken from the facts it reports
-// (an agent label with one of those keys is dropped). A hostname that is
-// not a valid label value gives no label.
+// (an agent label with one of those keys is dropped). A fact that is not a
+// valid label value gives no label.
 func (i *Info) NodeLabels() map[string]string {
 	return nodeLabels(i.Labels, i.OS, i.Arch, i.Hostname)
 }
@@ -35,14 +35,10 @@ func nodeLabels(agent map[string]string, os, arch, hostname string) map[string]s
 			out[k] = v
 		}
 	}
-	if os != "" {
-		out[fleetv1.LabelOS] = os
-	}
-	if arch != "" {
-		out[fleetv1.LabelArch] = arch
-	}
-	if hostname != "" && len(validation.IsValidLabelValue(hostname)) == 0 {
-		out[fleetv1.LabelHostname] = hostname
+	for k, v := range map[string]string{fleetv1.LabelOS: os, fleetv1.LabelArch: arch, fleetv1.LabelHostname: hostname} {
+		if v != "" && len(validation.IsValidLabelValue(v)) == 0 {
+			out[k] = v
+		}
 	}
 	if len(out) == 0 {
 		return nil

@@ -48,7 +48,7 @@ type FleetNodeSpec struct {
 	// set by hand); a later change of the report waits until approved again
 	// (condition LabelsApproved).
 	// +optional
-	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:MaxProperties=67
 	ApprovedLabels map[string]string `json:"approvedLabels,omitempty"`
 
 	// approvedCapacity is the most the scheduler counts on for each
