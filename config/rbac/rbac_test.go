@@ -139,7 +139,6 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", fleet, "fleetnodes", "", "", true},
 			{hubSA, "watch", fleet, "fleetnodes", "", "", true},
 			{hubSA, "patch", fleet, "fleetnodes/status", "", "", true},
-			{hubSA, "patch", fleet, "fleetnodes", "", "", true}, // labels the agent reports
 			{hubSA, "list", batch, "tasks", "", "", true},
 			{hubSA, "patch", batch, "tasks", "team-a", "", true},
 			{hubSA, "patch", batch, "tasks/status", "team-a", "", true},
@@ -162,6 +161,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", batch, "tasks", "team-a", "", false},
 			{hubSA, "delete", batch, "tasks", "team-a", "", false},
 			{hubSA, "update", fleet, "fleetnodes", "", "", false}, // approving a node is a person's call
+			{hubSA, "patch", fleet, "fleetnodes", "", "", false},  // an agent's labels reach a node only as approved
 			{hubSA, "delete", fleet, "fleetnodes", "", "", false},
 			{hubSA, "update", ops, "nodeupgradejobs/status", "", "", false},
 			{hubSA, "delete", ops, "nodetaskslices", "", "", false},
@@ -185,6 +185,7 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "patch", fleet, "fleetnodes/status", "", "", true},
 			{managerSA, "watch", fleet, "nodegrants", "", "", true},
 			{managerSA, "list", "", "namespaces", "", "", true},
+			{managerSA, "patch", fleet, "fleetnodes", "", "", true}, // approved labels into metadata.labels
 			{managerSA, "get", "coordination.k8s.io", "leases", ns, "drover-hub-a", true},
 			{managerSA, "create", "coordination.k8s.io", "leases", ns, "", true},
 			{managerSA, "create", "", "events", ns, "", true},
@@ -433,9 +434,9 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 			t.Errorf("Lease %s: %v", lease, err)
 		}
 	}
-	// The hub may label a node but not approve, revoke or cordon it
-	// (config/admission/fleetnode_hub.yaml; the control plane of the test
-	// installs it as `drover controlplane` does).
+	// The hub may neither label a node (what an agent reports reaches
+	// metadata.labels only as approved, by the manager) nor approve, revoke
+	// or cordon it.
 	hubCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig(ns, "drover-hub"))
 	if err != nil {
 		t.Fatal(err)
@@ -448,17 +449,20 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node"}}
 		return asHub.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(p)))
 	}
-	if err := patchNode(`{"metadata":{"labels":{"rbac-test":"labelled-by-the-hub"}}}`); err != nil {
-		t.Errorf("the hub labelling a node: %v", err)
-	}
-	testenv.Eventually(t, runTimeout, "the policy loaded and refusing the hub a spec change", func(context.Context) (bool, error) {
-		err := patchNode(`{"spec":{"unschedulable":true}}`)
-		if err == nil {
-			_ = patchNode(`{"spec":{"unschedulable":false}}`) // before the policy was loaded
-			return false, errors.New("accepted")
+	for _, p := range []string{`{"metadata":{"labels":{"pool":"gpu"}}}`, `{"spec":{"unschedulable":true}}`} {
+		if err := patchNode(p); !apierrors.IsForbidden(err) {
+			t.Errorf("the hub patching a node with %s: %v, want forbidden", p, err)
 		}
-		if !strings.Contains(err.Error(), "not its spec") {
+	}
+	// The manager carried the labels the agent registered with, approved by
+	// the auto-approve token, into metadata.labels.
+	testenv.Eventually(t, runTimeout, "the agent's approved label on the node", func(ctx context.Context) (bool, error) {
+		var n fleetv1.FleetNode
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "rbac-node"}, &n); err != nil {
 			return false, err
+		}
+		if n.Spec.ApprovedLabels["kind"] != "rbac" || n.Labels["kind"] != "rbac" {
+			return false, fmt.Errorf("approved labels %v, labels %v", n.Spec.ApprovedLabels, n.Labels)
 		}
 		return true, nil
 	})

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/fleetnode"
 	"github.com/drover-fleet/drover/internal/hub"
 )
 
@@ -19,6 +22,13 @@ func newApproveCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approve NODE...",
 		Short: "Approve registered nodes so they get a certificate and work",
+		Long: `Approve registered nodes so they get a certificate and work, with the
+labels and capacity their agents report (status.reportedLabels and
+status.reportedCapacity become spec.approvedLabels and spec.approvedCapacity).
+A node carries only approved labels, and the scheduler counts on no more than
+the approved capacity: when an agent later reports other labels or more
+capacity, the node's LabelsApproved or CapacityApproved condition says so,
+and approving the node again accepts the change.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && !allPending {
 				return errors.New("name at least one node, or pass --all-pending")
@@ -42,7 +52,7 @@ func newApproveCommand(g *globalOptions) *cobra.Command {
 					return nil
 				}
 			}
-			return setSpec(cmd.Context(), c, args, func(n *fleetv1.FleetNode) { n.Spec.Approved = true }, "approved", cmd)
+			return approve(cmd.Context(), c, args, cmd)
 		},
 	}
 	cmd.Flags().BoolVar(&allPending, "all-pending", false, "approve every node waiting for approval")
@@ -94,38 +104,51 @@ func keyOf(n *fleetv1.FleetNode) string {
 	return "<not recorded>"
 }
 
-func setSpec(ctx context.Context, c client.Client, names []string, mutate func(*fleetv1.FleetNode), verb string, cmd *cobra.Command) error {
+// approve approves each node as it is now: spec.approved and what its
+// agent reports. The optimistic lock makes it approve what it read: a
+// report that changes meanwhile is read again, and printed.
+func approve(ctx context.Context, c client.Client, names []string, cmd *cobra.Command) error {
 	var errs []error
 	for _, name := range names {
 		var n fleetv1.FleetNode
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-			if apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("node %s not found: it registers when its agent first contacts a hub", name))
-				continue
+		var labels, capacity []string
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n = fleetv1.FleetNode{}
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+				return err
 			}
-			errs = append(errs, fmt.Errorf("get node %s: %w", name, err))
+			before := n.DeepCopy()
+			if n.Spec.Approved {
+				labels, capacity = fleetnode.LabelChanges(&n), fleetnode.CapacityOverApproved(&n)
+			}
+			n.Spec.Approved = true
+			fleetnode.ApproveReported(&n)
+			return c.Patch(ctx, &n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("node %s not found: it registers when its agent first contacts a hub", name))
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("approve node %s: %w", name, err))
 			continue
 		}
-		before := n.DeepCopy()
-		mutate(&n)
-		if err := c.Patch(ctx, &n, client.MergeFrom(before)); err != nil {
-			errs = append(errs, fmt.Errorf("update node %s: %w", name, err))
-			continue
-		}
-		if verb == "approved" && n.Spec.Revoked {
+		if n.Spec.Revoked {
 			// Approval does not undo a revocation; saying "approved" alone
 			// would have the operator wait for a node that stays refused.
 			cmd.Printf("fleetnode/%s approved, but it is revoked and stays refused: to readmit it, "+
 				"kubectl patch fleetnode %s --type merge -p '{\"spec\":{\"revoked\":false}}' (or delete it to register afresh)\n", name, name)
 			continue
 		}
-		if verb == "approved" {
-			// The operator compares it with the key the agent logs at
-			// start: approving a name is approving whoever registered it.
-			cmd.Printf("fleetnode/%s approved; key sha256 %s: compare it with the agent's (keySHA256 in its log at start, \"key sha256\" while it waits for approval)\n", name, keyOf(&n))
-			continue
+		// The operator compares it with the key the agent logs at start:
+		// approving a name is approving whoever registered it.
+		cmd.Printf("fleetnode/%s approved; key sha256 %s: compare it with the agent's (keySHA256 in its log at start, \"key sha256\" while it waits for approval)\n", name, keyOf(&n))
+		if len(labels) > 0 {
+			cmd.Printf("  label changes the agent reported, now approved: %s\n", strings.Join(labels, ", "))
 		}
-		cmd.Printf("fleetnode/%s %s\n", name, verb)
+		if len(capacity) > 0 {
+			cmd.Printf("  capacity the agent claimed beyond the approved, now approved: %s\n", strings.Join(capacity, ", "))
+		}
 	}
 	return errors.Join(errs...)
 }

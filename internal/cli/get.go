@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,7 +122,7 @@ func printNodes(w io.Writer, nodes []fleetv1.FleetNode, now time.Time, wide bool
 		if n.Status.LastHeartbeatTime != nil {
 			hb = duration.HumanDuration(now.Sub(n.Status.LastHeartbeatTime.Time)) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%s", n.Name, orNone(string(n.Status.Phase)), n.Spec.Approved,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, orNone(string(n.Status.Phase)), approvedColumn(&n),
 			orNone(n.Status.Hub), orNone(n.Status.AgentVersion), hb, duration.HumanDuration(now.Sub(n.CreationTimestamp.Time)))
 		if wide {
 			fmt.Fprintf(tw, "\t%s", keyOf(&n))
@@ -129,6 +130,26 @@ func printNodes(w io.Writer, nodes []fleetv1.FleetNode, now time.Time, wide bool
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// approvedColumn is spec.approved, with what of the agent's report waits
+// for `drover approve` (the node meanwhile keeps its approved labels and
+// capacity).
+func approvedColumn(n *fleetv1.FleetNode) string {
+	if !n.Spec.Approved {
+		return "false"
+	}
+	var pending []string
+	if meta.IsStatusConditionFalse(n.Status.Conditions, fleetv1.LabelsApprovedCondition) {
+		pending = append(pending, "labels")
+	}
+	if meta.IsStatusConditionFalse(n.Status.Conditions, fleetv1.CapacityApprovedCondition) {
+		pending = append(pending, "capacity")
+	}
+	if len(pending) == 0 {
+		return "true"
+	}
+	return "true(" + strings.Join(pending, ",") + " pending)"
 }
 
 func orNone(s string) string {

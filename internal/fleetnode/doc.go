@@ -12,10 +12,18 @@
 //	Approved         manager   SetApproved, SetAwaitingApproval, SetRevoked
 //	phase Pending    manager   SetPending
 //	phase Revoked    manager   SetRevoked, SetUnrevoked
+//	LabelsApproved   manager   SetLabelsApproval
+//	CapacityApproved,manager   SetCapacity
+//	capacity
+//	metadata.labels  manager   ApplyApprovedLabels (from spec.approvedLabels)
+//	spec.approved*   operators ApproveReported (`drover approve`); the manager
+//	                           only AdoptReported, once, for a node approved by hand
 //	Ready, hub,      hubs      SetRegistered, SetConnected, SetDisconnected,
 //	phase Online,              SetUnconnected, SetNotResponding, SetResponding,
 //	phase Offline,             SetHeartbeat, SetHeartbeatTimeout, SetHubLost,
-//	reported facts             SetReported, SetCertificateExpiry
+//	reported facts,            SetReported, SetCertificateExpiry
+//	reportedLabels,
+//	reportedCapacity
 //
 // The Ready condition and the phase go together on the hubs' side:
 //

@@ -1,6 +1,7 @@
 package fleetnode
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -120,8 +121,12 @@ func TestSetReported(t *testing.T) {
 	if !SetReported(n, info) {
 		t.Fatal("SetReported() of a new node = false, want true")
 	}
-	if s := n.Status; s.AgentVersion != "v1" || s.OS != "linux" || s.Arch != "arm64" || s.Hostname != "edge" || s.Capacity.Cpu().String() != "2" || s.ReportedLabels["site"] != "berlin" {
+	if s := n.Status; s.AgentVersion != "v1" || s.OS != "linux" || s.Arch != "arm64" || s.Hostname != "edge" || s.ReportedCapacity.Cpu().String() != "2" ||
+		!maps.Equal(s.ReportedLabels, map[string]string{"site": "berlin", fleetv1.LabelOS: "linux", fleetv1.LabelArch: "arm64", fleetv1.LabelHostname: "edge"}) {
 		t.Errorf("status after SetReported = %+v", s)
+	}
+	if n.Status.Capacity != nil {
+		t.Errorf("SetReported wrote capacity %v: the claim is the manager's to cap", n.Status.Capacity)
 	}
 	// The same again (capacity spelled otherwise) is no change.
 	same := *info
@@ -132,11 +137,12 @@ func TestSetReported(t *testing.T) {
 	if SetReported(n, nil) {
 		t.Error("SetReported(nil) = true, want false")
 	}
-	// No labels reported means none.
-	none := *info
-	none.Labels = nil
-	if !SetReported(n, &none) || len(n.Status.ReportedLabels) != 0 {
-		t.Errorf("SetReported() without labels kept %v", n.Status.ReportedLabels)
+	// No labels reported means none but the node's facts; an agent label
+	// with a reserved key is dropped, and a NodeState without the facts
+	// keeps them.
+	none := Info{Labels: map[string]string{fleetv1.LabelOS: "plan9"}}
+	if !SetReported(n, &none) || !maps.Equal(n.Status.ReportedLabels, map[string]string{fleetv1.LabelOS: "linux", fleetv1.LabelArch: "arm64", fleetv1.LabelHostname: "edge"}) {
+		t.Errorf("SetReported() without labels left %v", n.Status.ReportedLabels)
 	}
 }
 

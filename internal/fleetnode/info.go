@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 )
@@ -13,15 +14,49 @@ import (
 // hub (which converts it from the protocol's NodeInfo).
 type Info struct {
 	AgentVersion, OS, Arch, Hostname string
-	// Capacity replaces the node's when not empty.
+	// Capacity replaces the node's reported capacity when not empty.
 	Capacity corev1.ResourceList
 	// Labels are all the agent's labels: none means none.
 	Labels map[string]string
 }
 
+// NodeLabels are the labels info asks the node to carry: the agent's, with
+// fleet.drover.io/os, /arch and /hostname taken from the facts it reports
+// (an agent label with one of those keys is dropped). A fact that is not a
+// valid label value gives no label.
+func (i *Info) NodeLabels() map[string]string {
+	return nodeLabels(i.Labels, i.OS, i.Arch, i.Hostname)
+}
+
+func nodeLabels(agent map[string]string, os, arch, hostname string) map[string]string {
+	out := map[string]string{}
+	for k, v := range agent {
+		if !reservedLabel(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range map[string]string{fleetv1.LabelOS: os, fleetv1.LabelArch: arch, fleetv1.LabelHostname: hostname} {
+		if v != "" && len(validation.IsValidLabelValue(v)) == 0 {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// reservedLabel reports whether key is a label Drover derives from the
+// facts the agent reports rather than from its labels.
+func reservedLabel(key string) bool {
+	return key == fleetv1.LabelOS || key == fleetv1.LabelArch || key == fleetv1.LabelHostname
+}
+
 // SetReported copies what the agent reported into n's status; it reports
 // whether anything changed. A nil info changes nothing. The hub writes it
-// at registration, on connect and with every NodeState.
+// at registration, on connect and with every NodeState. Labels and
+// capacity are claims: they land in reportedLabels and reportedCapacity,
+// which the manager holds against what was approved.
 func SetReported(n *fleetv1.FleetNode, info *Info) bool {
 	if info == nil {
 		return false
@@ -36,11 +71,14 @@ func SetReported(n *fleetv1.FleetNode, info *Info) bool {
 	set(&n.Status.OS, info.OS)
 	set(&n.Status.Arch, info.Arch)
 	set(&n.Status.Hostname, info.Hostname)
-	if len(info.Capacity) > 0 && !capacityEqual(n.Status.Capacity, info.Capacity) {
-		n.Status.Capacity, changed = info.Capacity.DeepCopy(), true
+	if len(info.Capacity) > 0 && !capacityEqual(n.Status.ReportedCapacity, info.Capacity) {
+		n.Status.ReportedCapacity, changed = info.Capacity.DeepCopy(), true
 	}
-	if !maps.Equal(n.Status.ReportedLabels, info.Labels) {
-		n.Status.ReportedLabels, changed = maps.Clone(info.Labels), true
+	// The facts fill in the reserved keys as the node has them now: a
+	// NodeState that leaves one out keeps it.
+	s := &n.Status
+	if l := nodeLabels(info.Labels, s.OS, s.Arch, s.Hostname); !maps.Equal(s.ReportedLabels, l) {
+		s.ReportedLabels, changed = l, true
 	}
 	return changed
 }

@@ -3,157 +3,67 @@ package hub
 import (
 	"context"
 	"fmt"
-	"maps"
+	"runtime"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/fleetnode"
+	"github.com/drover-fleet/drover/internal/fleetnode/fleetnodectl"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/scheduler"
 	"github.com/drover-fleet/drover/internal/tenancy"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
 
-// TestSyncLabels covers the rules of metadata.labels against what the
-// agent reports: agent keys follow the agent, operators' keys stay, the
-// hub's own keys follow the NodeInfo fields.
-func TestSyncLabels(t *testing.T) {
-	ann := func(keys string) map[string]string { return map[string]string{fleetv1.AnnotationAgentLabels: keys} }
-	tests := []struct {
-		name        string
-		labels      map[string]string
-		annotations map[string]string
-		reported    map[string]string // status.reportedLabels before
-		info        *agentv1.NodeInfo
-		wantLabels  map[string]string
-		wantAnn     string
-		wantChanged bool
-	}{
-		{
-			name:        "new node",
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"site": "berlin", "kind": "robot"}, Os: "linux", Arch: "arm64", Hostname: "edge-1"},
-			wantLabels:  map[string]string{"site": "berlin", "kind": "robot", fleetv1.LabelOS: "linux", fleetv1.LabelArch: "arm64", fleetv1.LabelHostname: "edge-1"},
-			wantAnn:     "kind,site",
-			wantChanged: true,
-		},
-		{
-			name:        "new node without labels",
-			info:        &agentv1.NodeInfo{},
-			wantAnn:     "",
-			wantChanged: true,
-		},
-		{
-			name:        "restart with other labels: added, updated, removed",
-			labels:      map[string]string{"site": "berlin", "kind": "robot", "team": "ops"},
-			annotations: ann("kind,site"),
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"kind": "drone", "zone": "z1"}},
-			wantLabels:  map[string]string{"kind": "drone", "zone": "z1", "team": "ops"},
-			wantAnn:     "kind,zone",
-			wantChanged: true,
-		},
-		{
-			name:        "an operator's label keeps its value and stays the operator's",
-			labels:      map[string]string{"kind": "robot", "zone": "manual"},
-			annotations: ann("kind"),
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"kind": "robot", "zone": "z1"}},
-			wantLabels:  map[string]string{"kind": "robot", "zone": "manual"},
-			wantAnn:     "kind",
-			wantChanged: false,
-		},
-		{
-			name:        "an agent label an operator edited follows the agent again",
-			labels:      map[string]string{"kind": "edited"},
-			annotations: ann("kind"),
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"kind": "robot"}},
-			wantLabels:  map[string]string{"kind": "robot"},
-			wantAnn:     "kind",
-			wantChanged: true,
-		},
-		{
-			name:        "an agent label an operator deleted comes back",
-			labels:      map[string]string{},
-			annotations: ann("kind"),
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"kind": "robot"}},
-			wantLabels:  map[string]string{"kind": "robot"},
-			wantAnn:     "kind",
-			wantChanged: true,
-		},
-		{
-			name:        "no labels any more",
-			labels:      map[string]string{"kind": "robot", "team": "ops"},
-			annotations: ann("kind"),
-			info:        &agentv1.NodeInfo{},
-			wantLabels:  map[string]string{"team": "ops"},
-			wantAnn:     "",
-			wantChanged: true,
-		},
-		{
-			name:        "the hub's own keys follow NodeInfo, not the agent's labels",
-			labels:      map[string]string{fleetv1.LabelOS: "linux", fleetv1.LabelHostname: "old"},
-			annotations: ann(""),
-			info:        &agentv1.NodeInfo{Labels: map[string]string{fleetv1.LabelOS: "plan9", fleetv1.LabelArch: "z80"}, Os: "linux", Hostname: "new"},
-			wantLabels:  map[string]string{fleetv1.LabelOS: "linux", fleetv1.LabelHostname: "new"},
-			wantAnn:     "",
-			wantChanged: true,
-		},
-		{
-			name:        "a node from an older hub: keys equal to the reported labels were the agent's",
-			labels:      map[string]string{"site": "berlin", "kind": "robot", "team": "ops", "rack": "hand"},
-			reported:    map[string]string{"site": "berlin", "kind": "robot", "rack": "r1"},
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"kind": "robot", "zone": "z1", "rack": "r2"}},
-			wantLabels:  map[string]string{"kind": "robot", "zone": "z1", "team": "ops", "rack": "hand"},
-			wantAnn:     "kind,zone",
-			wantChanged: true,
-		},
-		{
-			name:        "nothing changed",
-			labels:      map[string]string{"kind": "robot", fleetv1.LabelOS: "linux"},
-			annotations: ann("kind"),
-			info:        &agentv1.NodeInfo{Labels: map[string]string{"kind": "robot"}, Os: "linux"},
-			wantLabels:  map[string]string{"kind": "robot", fleetv1.LabelOS: "linux"},
-			wantAnn:     "kind",
-			wantChanged: false,
-		},
-		{
-			name:        "no info",
-			labels:      map[string]string{"kind": "robot"},
-			annotations: ann("kind"),
-			wantLabels:  map[string]string{"kind": "robot"},
-			wantAnn:     "kind",
-			wantChanged: false,
-		},
+// startNodeManager runs the manager's FleetNode controller until the test
+// ends: it holds what agents report against what was approved.
+func startNodeManager(t *testing.T) {
+	t.Helper()
+	skip := true
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: &skip}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: maps.Clone(tc.labels), Annotations: maps.Clone(tc.annotations)}}
-			n.Status.ReportedLabels = tc.reported
-			changed := syncLabels(n, tc.info)
-			if changed != tc.wantChanged {
-				t.Errorf("changed %v, want %v", changed, tc.wantChanged)
-			}
-			if !maps.Equal(n.Labels, tc.wantLabels) {
-				t.Errorf("labels %v, want %v", n.Labels, tc.wantLabels)
-			}
-			if got := n.Annotations[fleetv1.AnnotationAgentLabels]; got != tc.wantAnn {
-				t.Errorf("annotation %q, want %q", got, tc.wantAnn)
-			}
-		})
+	r := &fleetnodectl.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("drover-manager")}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
 }
 
-// TestAgentLabelsAndCapacityReachScheduler: an agent restarted with other
-// labels moves its FleetNode's metadata.labels with it (an operator's label
-// stays), and an extended resource it reports lands in status.capacity; the
-// scheduler, which reads both, places tasks accordingly.
-func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
+// TestAgentLabelsAndCapacityAsApproved: what an agent reports of its labels
+// and capacity reaches placement only as approved. An auto-approved node
+// carries the labels it registered with; after a restart with other labels
+// (one added, one dropped) and a bigger capacity claim, it keeps the
+// approved labels and capacity, with conditions and Events saying what
+// waits, until it is approved again; an operator's own label stays
+// throughout. The scheduler, reading the node, places accordingly.
+func TestAgentLabelsAndCapacityAsApproved(t *testing.T) {
 	f := newFixture(t, "hub-agent-labels")
+	startNodeManager(t)
 	h := f.startHub(Options{Name: "hub-agent-labels", Features: feature(nil, &sink{})})
 	const node = "agent-labels-node"
 	opts := f.agentOpts(node, h, newRunner())
@@ -162,68 +72,79 @@ func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
 	a := f.startAgent(opts)
 	waitConnected(t, h, node)
 
-	get := func(ctx context.Context) (*fleetv1.FleetNode, error) {
-		var fn fleetv1.FleetNode
-		return &fn, f.c.Get(ctx, client.ObjectKey{Name: node}, &fn)
+	type want struct {
+		labels   map[string]string // must be there
+		absent   []string          // must not
+		reported map[string]string // status.reportedLabels must have these
+		gpu      string            // status.capacity
+		labelsOK bool              // LabelsApproved True
+		capOK    bool              // CapacityApproved True
 	}
-	waitLabels := func(what string, want map[string]string, wantAnn string) *fleetv1.FleetNode {
+	wait := func(what string, w want) *fleetv1.FleetNode {
 		t.Helper()
-		var fn *fleetv1.FleetNode
+		var fn fleetv1.FleetNode
 		testenv.Eventually(t, waitTimeout, what, func(ctx context.Context) (bool, error) {
-			var err error
-			if fn, err = get(ctx); err != nil {
+			if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
 				return false, err
 			}
-			for k, v := range want {
+			for k, v := range w.labels {
 				if fn.Labels[k] != v {
 					return false, fmt.Errorf("labels %v", fn.Labels)
 				}
 			}
-			if got := fn.Annotations[fleetv1.AnnotationAgentLabels]; got != wantAnn {
-				return false, fmt.Errorf("annotation %q, want %q", got, wantAnn)
+			for _, k := range w.absent {
+				if _, ok := fn.Labels[k]; ok {
+					return false, fmt.Errorf("labels %v, want no %s", fn.Labels, k)
+				}
 			}
-			if fn.Status.Phase != fleetv1.FleetNodeOnline {
-				return false, fmt.Errorf("phase %q", fn.Status.Phase)
+			for k, v := range w.reported {
+				if fn.Status.ReportedLabels[k] != v {
+					return false, fmt.Errorf("reportedLabels %v", fn.Status.ReportedLabels)
+				}
 			}
-			// Labels are patched before the connect's status write, which
-			// carries what the agent reported: wait for that too.
-			if !maps.Equal(fn.Status.ReportedLabels, opts.Labels) {
-				return false, fmt.Errorf("reportedLabels %v, want %v", fn.Status.ReportedLabels, opts.Labels)
+			if q := fn.Status.Capacity["gpu"]; q.String() != w.gpu {
+				return false, fmt.Errorf("capacity %v, want gpu %s", fn.Status.Capacity, w.gpu)
+			}
+			if !meta.IsStatusConditionPresentAndEqual(fn.Status.Conditions, fleetv1.LabelsApprovedCondition, condStatus(w.labelsOK)) ||
+				!meta.IsStatusConditionPresentAndEqual(fn.Status.Conditions, fleetv1.CapacityApprovedCondition, condStatus(w.capOK)) {
+				return false, fmt.Errorf("conditions %+v", fn.Status.Conditions)
 			}
 			return true, nil
 		})
-		return fn
+		return &fn
 	}
-	fn := waitLabels("first labels", map[string]string{"site": "berlin", "kind": "robot"}, "kind,site")
-	if q, want := fn.Status.Capacity["gpu"], resource.MustParse("2"); q.Cmp(want) != 0 {
-		t.Errorf("capacity gpu %s, want 2 (capacity %v)", q.String(), fn.Status.Capacity)
-	}
+	wait("the registered labels and capacity, approved by the token", want{
+		labels: map[string]string{"site": "berlin", "kind": "robot", fleetv1.LabelOS: runtime.GOOS}, gpu: "2", labelsOK: true, capOK: true})
 
-	// An operator labels the node by hand, one key the agent will report later.
+	// An operator labels the node by hand.
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
 	defer cancel()
-	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"team":"ops","rack":"r1"}}}`))
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"team":"ops"}}}`))
 	if err := f.c.Patch(ctx, &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: node}}, patch); err != nil {
 		t.Fatal(err)
 	}
-	writesBefore := h.counter(t, "drover_hub_api_writes_total", "labels")
 
+	// The agent comes back labelled into the GPU pool, without its site,
+	// claiming 8 GPUs.
 	a.stop(t)
-	opts.Labels = map[string]string{"kind": "robot", "zone": "z1", "rack": "r9"}
+	opts.Labels = map[string]string{"kind": "robot", "pool": "gpu"}
+	opts.Capacity = map[string]string{"cpu": "1", "gpu": "8"}
 	f.startAgent(opts)
-	fn = waitLabels("labels after the restart", map[string]string{"kind": "robot", "zone": "z1", "team": "ops", "rack": "r1"}, "kind,zone")
-	if _, ok := fn.Labels["site"]; ok {
-		t.Errorf("label site still there after the agent stopped reporting it: %v", fn.Labels)
+	fn := wait("the new report held back", want{
+		labels: map[string]string{"site": "berlin", "kind": "robot", "team": "ops"}, absent: []string{"pool"},
+		reported: map[string]string{"pool": "gpu"}, gpu: "2"})
+	c := meta.FindStatusCondition(fn.Status.Conditions, fleetv1.LabelsApprovedCondition)
+	if c.Reason != fleetv1.ReasonLabelChangePending || !strings.Contains(c.Message, "pool=gpu (new)") || !strings.Contains(c.Message, "site (removed)") {
+		t.Errorf("LabelsApproved %+v, want LabelChangePending naming pool=gpu and site", c)
 	}
-	if !maps.Equal(fn.Status.ReportedLabels, opts.Labels) {
-		t.Errorf("reportedLabels %v, want %v", fn.Status.ReportedLabels, opts.Labels)
+	if c := meta.FindStatusCondition(fn.Status.Conditions, fleetv1.CapacityApprovedCondition); c.Reason != fleetv1.ReasonCapacityOverApproved ||
+		!strings.Contains(c.Message, "gpu: claims 8, approved 2") {
+		t.Errorf("CapacityApproved %+v, want CapacityOverApproved naming gpu", c)
 	}
-	if got := h.counter(t, "drover_hub_api_writes_total", "labels") - writesBefore; got != 1 {
-		t.Errorf("label writes for the restart: %v, want 1", got)
-	}
+	waitEvent(t, f, node, fleetv1.ReasonLabelChangePending)
+	waitEvent(t, f, node, fleetv1.ReasonCapacityOverApproved)
 
-	c := scheduler.New([]scheduler.Node{scheduler.NodeFrom(fn)})
-	place := func(selector map[string]string, gpus string) scheduler.Result {
+	place := func(fn *fleetv1.FleetNode, selector map[string]string, gpus string) scheduler.Result {
 		t.Helper()
 		tk, err := scheduler.TaskFrom(&batchv1.Task{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t"},
@@ -239,17 +160,59 @@ func TestAgentLabelsAndCapacityReachScheduler(t *testing.T) {
 		// and capacity are tested here.
 		p, _ := tenancy.Compile([]fleetv1.NodeGrant{{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"ns"}}}})
 		tk.Access = p.For("ns", nil)
-		return c.Place(tk)
+		return scheduler.New([]scheduler.Node{scheduler.NodeFrom(fn)}).Place(tk)
 	}
-	if r := place(map[string]string{"zone": "z1"}, "1"); r.Node != node {
-		t.Errorf("zone z1, 1 gpu: %+v, want node %s", r, node)
+	if r := place(fn, map[string]string{"pool": "gpu"}, "1"); r.Node != "" {
+		t.Errorf("pool=gpu before approval: placed on %s, want nowhere", r.Node)
 	}
-	if r := place(map[string]string{"site": "berlin"}, "1"); r.Node != "" {
-		t.Errorf("site berlin: placed on %s, want nowhere", r.Node)
+	if r := place(fn, map[string]string{"kind": "robot"}, "4"); r.Node != "" {
+		t.Errorf("4 gpus of 2 approved: placed on %s, want nowhere", r.Node)
 	}
-	if r := place(map[string]string{"kind": "robot"}, "2"); r.Node != "" {
-		t.Errorf("2 more gpus with 1 held of 2: placed on %s, want nowhere", r.Node)
+	if r := place(fn, map[string]string{"site": "berlin"}, "2"); r.Node != node {
+		t.Errorf("site=berlin, 2 gpus: %+v, want node %s", r, node)
 	}
+
+	// Approved again, as `drover approve` does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n fleetv1.FleetNode
+		if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		before := n.DeepCopy()
+		fleetnode.ApproveReported(&n)
+		return f.c.Patch(ctx, &n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fn = wait("the report approved", want{
+		labels: map[string]string{"pool": "gpu", "kind": "robot", "team": "ops"}, absent: []string{"site"}, gpu: "8", labelsOK: true, capOK: true})
+	if r := place(fn, map[string]string{"pool": "gpu"}, "4"); r.Node != node {
+		t.Errorf("pool=gpu, 4 gpus after approval: %+v, want node %s", r, node)
+	}
+}
+
+func condStatus(ok bool) metav1.ConditionStatus {
+	if ok {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+// waitEvent waits for a Warning Event with reason on node.
+func waitEvent(t *testing.T, f *fixture, node, reason string) {
+	t.Helper()
+	testenv.Eventually(t, waitTimeout, "a "+reason+" Event", func(ctx context.Context) (bool, error) {
+		var list eventsv1.EventList
+		if err := f.c.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == node && e.Reason == reason && e.Type == corev1.EventTypeWarning {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d events, none %s on %s", len(list.Items), reason, node)
+	})
 }
 
 // TestAgentCapacityRulesMatchHub: what drover-agent's --capacity accepts

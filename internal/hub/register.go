@@ -217,8 +217,14 @@ func (h *Hub) ensureNode(ctx context.Context, node string, tok bootstrap.Token, 
 		// The Approved condition is the manager's: it reads this to say
 		// AutoApproved rather than an operator's approval.
 		fn.Annotations[fleetv1.AnnotationAutoApprovedBy] = tok.ID
+		// The token approves the node as it registers, labels and capacity
+		// included (as `drover approve` would); later changes wait for an
+		// operator. The manager carries them into metadata.labels.
+		if ni := nodeInfo(info); ni != nil {
+			fn.Spec.ApprovedLabels = ni.NodeLabels()
+			fn.Spec.ApprovedCapacity = ni.Capacity
+		}
 	}
-	syncLabels(&fn, info)
 	if err := h.opts.Client.Create(ctx, &fn); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			if err := h.opts.APIReader.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {

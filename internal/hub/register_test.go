@@ -52,8 +52,14 @@ func TestRegistrationWrites(t *testing.T) {
 	if fn.Status.CertificateExpiry == nil {
 		t.Error("certificateExpiry not set")
 	}
-	if fn.Status.Capacity.Cpu().String() != "1" {
-		t.Errorf("capacity cpu %s, want 1", fn.Status.Capacity.Cpu())
+	// What the agent reports is a claim in the status; the token approved
+	// it as registered, in the spec. Capping and labels are the manager's.
+	if fn.Status.ReportedCapacity.Cpu().String() != "1" || fn.Spec.ApprovedCapacity.Cpu().String() != "1" || fn.Status.Capacity != nil {
+		t.Errorf("reported capacity %v, approved %v, capacity %v; want cpu 1, cpu 1 and none (the manager's)",
+			fn.Status.ReportedCapacity, fn.Spec.ApprovedCapacity, fn.Status.Capacity)
+	}
+	if fn.Spec.ApprovedLabels[fleetv1.LabelOS] == "" || fn.Labels[fleetv1.LabelOS] != "" {
+		t.Errorf("approved labels %v, labels %v; want the os approved, and no labels written by the hub", fn.Spec.ApprovedLabels, fn.Labels)
 	}
 	if fn.Status.Hub != "hub-register-writes" {
 		t.Errorf("hub %q", fn.Status.Hub)

@@ -256,14 +256,13 @@ func (h *Hub) ServeSession(ctx context.Context, p Peer, req *agentv1.GetMessageR
 
 // markOnline claims the node for this hub. Moving from another hub while
 // Online is a hand-over, not a flap: the phase stays Online. fn is the node
-// as read when the stream opened. Labels the agent reports differently from
-// before are written first, in a patch of the node (status writes cannot
-// change metadata); that costs a second write only when they changed.
+// as read when the stream opened. The labels and capacity the agent reports
+// go into the status only: the manager holds them against what was approved
+// (internal/fleetnode).
 func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
-	latest := h.patchLabels(ctx, fn, req.GetInfo())
 	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
-	if h.writeStatusOn(ctx, fn.Name, latest, "connect", func(n *fleetv1.FleetNode) bool {
+	if h.writeStatus(ctx, fn.Name, "connect", func(n *fleetv1.FleetNode) bool {
 		wrote, c = n, fleetnode.SetConnected(n, h.opts.Name, now, nodeInfo(req.GetInfo()))
 		return c.Changed
 	}) {

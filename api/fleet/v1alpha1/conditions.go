@@ -46,6 +46,29 @@ const (
 	ReasonApproved = "ApprovedByOperator"
 )
 
+// FleetNode's LabelsApproved and CapacityApproved conditions (the
+// manager's) and their reasons: what the agent reports against what was
+// approved (spec.approvedLabels, spec.approvedCapacity).
+const (
+	// LabelsApprovedCondition is True while the labels the agent reports are
+	// the approved ones; False, reason LabelChangePending, while a change
+	// waits for `drover approve NODE` (the node keeps its approved labels).
+	LabelsApprovedCondition = "LabelsApproved"
+	// CapacityApprovedCondition is True while no resource the agent reports
+	// exceeds the approved capacity; False, reason CapacityOverApproved,
+	// while one does (the scheduler counts on the approved amount only).
+	CapacityApprovedCondition = "CapacityApproved"
+
+	// ReasonAsApproved: what the agent reports is what was approved.
+	ReasonAsApproved = "AsApproved"
+	// ReasonLabelChangePending: the agent reports labels other than the
+	// approved ones; the change waits for `drover approve NODE`.
+	ReasonLabelChangePending = "LabelChangePending"
+	// ReasonCapacityOverApproved: the agent claims more of a resource than
+	// was approved; the scheduler counts on the approved amount.
+	ReasonCapacityOverApproved = "CapacityOverApproved"
+)
+
 // Labels and annotations Drover sets.
 const (
 	// LabelHostname mirrors the reported hostname.
@@ -66,8 +89,8 @@ const (
 	// deleted.
 	AnnotationRegistrationKey = "fleet.drover.io/registration-key-sha256"
 	// AnnotationAgentLabels lists, sorted and comma-separated, the keys of
-	// metadata.labels the hub last set from the labels the agent reported
-	// (as kubectl's last-applied does): a key the agent stops reporting is
-	// removed only if it is listed here, so labels added with kubectl stay.
+	// metadata.labels the manager last set from spec.approvedLabels (as
+	// kubectl's last-applied does): a key no longer approved is removed only
+	// if it is listed here, so labels added with kubectl stay.
 	AnnotationAgentLabels = "fleet.drover.io/agent-labels"
 )

@@ -39,6 +39,25 @@ type FleetNodeSpec struct {
 	// unschedulable keeps new work off the node.
 	// +optional
 	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// approvedLabels are the labels the node may carry from what its agent
+	// reports (status.reportedLabels): the manager keeps metadata.labels in
+	// step with them, never with the report itself, so a node cannot label
+	// itself into a pool. Recorded at approval (`drover approve NODE`, an
+	// auto-approve bootstrap token, or the manager when spec.approved is
+	// set by hand); a later change of the report waits until approved again
+	// (condition LabelsApproved).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=67
+	ApprovedLabels map[string]string `json:"approvedLabels,omitempty"`
+
+	// approvedCapacity is the most the scheduler counts on for each
+	// resource, whatever the agent claims (status.reportedCapacity): a
+	// resource the node reports beyond it, or that it does not name, is
+	// capped in status.capacity (condition CapacityApproved). Recorded with
+	// approvedLabels.
+	// +optional
+	ApprovedCapacity corev1.ResourceList `json:"approvedCapacity,omitempty"`
 }
 
 // FleetNodeStatus is what the node and its hub report.
@@ -87,17 +106,23 @@ type FleetNodeStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	Hostname string `json:"hostname,omitempty"`
 
-	// capacity the agent reports (cpu, memory, ...).
+	// capacity is what the scheduler counts on: for each resource the agent
+	// reports, the least of its claim and spec.approvedCapacity (set by the
+	// manager).
 	// +optional
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 
-	// reportedLabels are the labels the agent last reported (at registration
-	// and on every connect). The hub keeps metadata.labels in step with them:
-	// it adds and updates the keys it set from the agent before and removes
-	// those the agent no longer reports; a label an operator set that the
-	// agent did not set before keeps the operator's value.
+	// reportedCapacity is the capacity the agent last reported (cpu,
+	// memory, ...): a claim, capped by spec.approvedCapacity into capacity.
 	// +optional
-	// +kubebuilder:validation:MaxProperties=64
+	ReportedCapacity corev1.ResourceList `json:"reportedCapacity,omitempty"`
+
+	// reportedLabels are the labels the agent last reported (at registration
+	// and on every connect), with fleet.drover.io/os, /arch and /hostname
+	// taken from what it reports of its machine. They reach metadata.labels
+	// only as approved in spec.approvedLabels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=67
 	ReportedLabels map[string]string `json:"reportedLabels,omitempty"`
 
 	// certificateExpiry is when the node's client certificate expires.

@@ -29,7 +29,7 @@ type Reconciler struct {
 	Observer ctrlkit.Observer
 }
 
-// +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -55,11 +55,13 @@ func (r *Reconciler) generated() *FleetNodeManagerReconciler {
 	}
 }
 
-// Workflow is the controller's workflow: decide and write the status, then
-// announce the decision. Sequential, so that a failed or conflicting status
-// patch records no Event: the retry will.
+// Workflow is the controller's workflow: write the node's labels (and the
+// approval of a node approved by hand), decide and write the status, then
+// announce the decision. Sequential, so that the status is decided on the
+// approval just recorded, and a failed or conflicting status patch records
+// no Event: the retry will.
 func Workflow(m *FleetNodeManager) ctrlkit.Action {
-	return ctrlkit.Sequential(m.UpdateStatus(), m.RecordEvent())
+	return ctrlkit.Sequential(m.UpdateNode(), m.UpdateStatus(), m.RecordEvent())
 }
 
 // impl implements FleetNodeManagerImpl for one reconcile of node: the
@@ -74,6 +76,28 @@ type impl struct {
 }
 
 var _ FleetNodeManagerImpl = (*impl)(nil)
+
+// UpdateNode implements FleetNodeManagerImpl.
+func (i *impl) UpdateNode(ctx context.Context, logger logr.Logger) (reconcile.Result, error) {
+	before := i.node.DeepCopy()
+	if !DecideNode(i.node) {
+		return ctrlkit.NoRequeue()
+	}
+	// The optimistic lock keeps an operator's concurrent approval or label
+	// edit from being overwritten by what was decided without it.
+	if err := i.client.Patch(ctx, i.node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrlkit.Exit()
+		}
+		if apierrors.IsConflict(err) {
+			logger.V(1).Info("node changed under us; deciding again")
+			return ctrlkit.RequeueImmediately()
+		}
+		return ctrlkit.RequeueIfErrorAndWrap("patch node", err)
+	}
+	logger.Info("node labels follow the approved ones", "labels", i.node.Labels, "approvedCapacity", i.node.Spec.ApprovedCapacity)
+	return ctrlkit.NoRequeue()
+}
 
 // UpdateStatus implements FleetNodeManagerImpl.
 func (i *impl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconcile.Result, error) {

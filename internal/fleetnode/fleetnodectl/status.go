@@ -23,8 +23,10 @@ func (d *Decision) add(c fleetnode.Change) {
 }
 
 // Decide updates the parts of n's status the manager owns from its spec:
-// the Approved condition and the phases Pending and Revoked. It is pure, so
-// it is table-tested without an API.
+// the Approved condition, the phases Pending and Revoked, and what of the
+// agent's reports is approved (LabelsApproved, CapacityApproved and the
+// capped capacity the scheduler reads). It is pure, so it is table-tested
+// without an API.
 func Decide(n *fleetv1.FleetNode, now time.Time) Decision {
 	var d Decision
 	if n.Spec.Revoked {
@@ -38,5 +40,19 @@ func Decide(n *fleetv1.FleetNode, now time.Time) Decision {
 	} else {
 		d.add(fleetnode.SetAwaitingApproval(n, now))
 	}
+	d.add(fleetnode.SetLabelsApproval(n, now))
+	d.add(fleetnode.SetCapacity(n, now))
 	return d
+}
+
+// DecideNode updates what the manager writes outside a node's status: it
+// approves the reports of a node approved by hand (spec), and carries the
+// approved labels into metadata.labels. It reports whether n changed. A
+// revoked node is left as it is.
+func DecideNode(n *fleetv1.FleetNode) bool {
+	if n.Spec.Revoked {
+		return false
+	}
+	adopted := fleetnode.AdoptReported(n)
+	return fleetnode.ApplyApprovedLabels(n) || adopted
 }

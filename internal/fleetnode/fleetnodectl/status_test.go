@@ -1,11 +1,14 @@
 package fleetnodectl
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -19,8 +22,21 @@ func online(hub string) *fleetv1.FleetNode {
 		Spec:       fleetv1.FleetNodeSpec{Approved: true},
 		Status: fleetv1.FleetNodeStatus{Phase: fleetv1.FleetNodeOnline, Hub: hub, Conditions: []metav1.Condition{
 			{Type: fleetv1.ApprovedCondition, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonApproved},
-			{Type: fleetv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonConnected}}},
+			{Type: fleetv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonConnected},
+			{Type: fleetv1.LabelsApprovedCondition, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonAsApproved},
+			{Type: fleetv1.CapacityApprovedCondition, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonAsApproved}}},
 	}
+}
+
+// reporting is an Online node whose agent reports pool=gpu and 4 gpus,
+// approved with neither.
+func reporting() *fleetv1.FleetNode {
+	n := online("hub-a")
+	n.Spec.ApprovedLabels = map[string]string{"site": "berlin"}
+	n.Spec.ApprovedCapacity = corev1.ResourceList{"cpu": resource.MustParse("2")}
+	n.Status.ReportedLabels = map[string]string{"site": "berlin", "pool": "gpu"}
+	n.Status.ReportedCapacity = corev1.ResourceList{"cpu": resource.MustParse("2"), "gpu": resource.MustParse("4")}
+	return n
 }
 
 // registered is a node a hub just created with a token; autoApprove says
@@ -62,6 +78,8 @@ func TestDecide(t *testing.T) {
 			n.Spec.Revoked = false
 			return n
 		}(), fleetv1.FleetNodeOffline, fleetv1.ReasonApproved, []string{fleetv1.ReasonApproved}, true},
+		{"labels and capacity beyond the approval are announced", reporting(), fleetv1.FleetNodeOnline, fleetv1.ReasonApproved,
+			[]string{fleetv1.ReasonLabelChangePending, fleetv1.ReasonCapacityOverApproved}, true},
 		{"a withdrawn approval awaits approval again", func() *fleetv1.FleetNode { n := online("hub-a"); n.Spec.Approved = false; return n }(),
 			fleetv1.FleetNodeOnline, fleetv1.ReasonAwaitingApproval, nil, true},
 	}
@@ -90,5 +108,32 @@ func TestDecide(t *testing.T) {
 				t.Errorf("Decide() changed Ready from %+v to %+v", ready, got)
 			}
 		})
+	}
+}
+
+// TestDecideNode: the node carries the approved labels, never the reported
+// ones, and the capacity the scheduler reads is capped at the approval.
+func TestDecideNode(t *testing.T) {
+	n := reporting()
+	n.Labels = map[string]string{"team": "ops"}
+	if !DecideNode(n) {
+		t.Fatal("DecideNode() = false, want the approved labels written")
+	}
+	if want := map[string]string{"team": "ops", "site": "berlin"}; !maps.Equal(n.Labels, want) {
+		t.Errorf("labels %v, want %v", n.Labels, want)
+	}
+	Decide(n, now)
+	if _, ok := n.Status.Capacity["gpu"]; ok || n.Status.Capacity.Cpu().String() != "2" {
+		t.Errorf("capacity %v, want cpu 2 and no gpu", n.Status.Capacity)
+	}
+	if DecideNode(n) {
+		t.Error("DecideNode() a second time = true, want no change")
+	}
+	// Approved by hand (kubectl patch spec.approved): the reports as they are.
+	n = registered(false)
+	n.Status.ReportedLabels = map[string]string{"site": "berlin"}
+	n.Spec.Approved = true
+	if !DecideNode(n) || n.Labels["site"] != "berlin" || n.Spec.ApprovedLabels["site"] != "berlin" {
+		t.Errorf("a node approved by hand: labels %v, approved %v; want site=berlin", n.Labels, n.Spec.ApprovedLabels)
 	}
 }

@@ -34,6 +34,9 @@ func NewFleetNodeManagerState(reader client.Reader, target *fleetv1alpha1.FleetN
 // method gets the states its action declares, already loaded, and a logger
 // with the action's name (also in ctx).
 type FleetNodeManagerImpl interface {
+	// Approve the reports of a node approved by hand, and carry the
+	// approved labels into metadata.labels; patch the node if it changed.
+	UpdateNode(ctx context.Context, logger logr.Logger) (reconcile.Result, error)
 	// Decide the node's Approved condition and its Pending or Revoked
 	// phase from its spec, and patch the status if it changed.
 	UpdateStatus(ctx context.Context, logger logr.Logger) (reconcile.Result, error)
@@ -56,6 +59,19 @@ type FleetNodeManager struct {
 // run, state loading included: the lifecycle hooks of the CtrlKit RFC.
 func NewFleetNodeManager(state FleetNodeManagerState, impl FleetNodeManagerImpl, hooks ...ctrlkit.Observer) *FleetNodeManager {
 	return &FleetNodeManager{state: state, impl: impl, hooks: ctrlkit.InstrumentOptions{Observer: ctrlkit.Observers(hooks...)}}
+}
+
+// UpdateNode returns the action that runs
+// FleetNodeManagerImpl.UpdateNode.
+//
+// Approve the reports of a node approved by hand, and carry the
+// approved labels into metadata.labels; patch the node if it changed.
+func (m *FleetNodeManager) UpdateNode() ctrlkit.Action {
+	return ctrlkit.NewAction("UpdateNode", func(ctx context.Context) (reconcile.Result, error) {
+		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "UpdateNode")
+		ctx = logr.NewContext(ctx, logger)
+		return m.impl.UpdateNode(ctx, logger)
+	})
 }
 
 // UpdateStatus returns the action that runs
