@@ -94,7 +94,7 @@ func TestGC(t *testing.T) {
 
 	// Ended at t0: the retention period is over at t0+1h.
 	run(t, d, "task-old-1", &taskwire.Spec{Command: []string{"true"}})
-	ownWork := t.TempDir()
+	ownWork := filepath.Join(sharedDir(t), "own") // made for the task, and given to it
 	run(t, d, "task-own-wd-1", &taskwire.Spec{Command: []string{"touch", "kept"}, WorkingDir: ownWork})
 	if _, err := d.Prepare(context.Background(), "task-noart-1", &taskwire.Spec{Command: []string{"true"},
 		Artifacts: []taskwire.Artifact{{URL: srv.URL + "/x", SHA256: strings.Repeat("0", 64), Path: "x"}}}); err == nil {

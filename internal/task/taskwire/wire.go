@@ -89,6 +89,10 @@ const (
 	// itself (drover-agent --stop-tasks-on-exit, as `drover up`'s local
 	// agents run).
 	ReasonAgentStopped = "AgentStopped"
+	// ReasonRunAs: the agent refused the user or group the attempt asks
+	// to run as (root without --allow-root-tasks, or any other user when
+	// the agent is not root and cannot switch).
+	ReasonRunAs = "RunAsRefused"
 )
 
 // Exit codes of a process ended by a signal, as a shell reports them.
