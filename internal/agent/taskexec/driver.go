@@ -121,8 +121,8 @@ type Result struct {
 	Report taskwire.Report `json:"report"`
 }
 
-// Error is why an attempt could not start; Reason is taskwire.ReasonArtifact or
-// taskwire.ReasonStartError.
+// Error is why an attempt could not start; Reason is taskwire.ReasonArtifact,
+// taskwire.ReasonRunAs or taskwire.ReasonStartError.
 type Error struct {
 	Reason string
 	Err    error
@@ -371,6 +371,11 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	}
 	if err := os.MkdirAll(p.logDir, 0o700); err != nil {
 		return nil, startErr("create the task dir: %w", err)
+	}
+	if d.switching {
+		if err := reachable(attempt, user); err != nil {
+			return nil, startErr("%w", err)
+		}
 	}
 	if err := d.makeAttemptDir(attempt, user); err != nil {
 		return nil, startErr("%w", err)

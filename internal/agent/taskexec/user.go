@@ -224,3 +224,27 @@ func (d *Driver) workingDir(attempt, spec string, u User) (string, error) {
 	}
 	return filepath.Join(attempt, spec), nil
 }
+
+// reachable checks that u may search every dir above dir. A work root
+// under a private dir (a home, a 0700 data dir) would fail each task with
+// a bare "permission denied"; this says why, and what to change.
+func reachable(dir string, u User) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		m := fi.Mode().Perm()
+		ok := m&0o001 != 0
+		if st, isUnix := fi.Sys().(*syscall.Stat_t); isUnix && !ok {
+			ok = (st.Uid == u.UID && m&0o100 != 0) || (st.Gid == u.GID && m&0o010 != 0)
+		}
+		if !ok {
+			return fmt.Errorf("the task's user %s cannot reach its dir %s: %s (mode %o) does not let it through; "+
+				"give drover-agent a --work-dir whose parents every user may search (e.g. /var/lib/drover-agent-work)", u, dir, p, m)
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
