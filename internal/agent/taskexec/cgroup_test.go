@@ -112,6 +112,14 @@ func TestCgroupEscapeAfterComplete(t *testing.T) {
 	requireRemoved(t, p.Info().Cgroup)
 }
 
+// In cgroups (v1: through the start shim) a task still runs as its user.
+func TestCgroupRunsAsItsUser(t *testing.T) {
+	d := cgroupDriver(t, Options{})
+	if got := ids(t, d, "cg-user-1", taskwire.Spec{RunAsUser: id64(1234), RunAsGroup: id64(4321)}); got != "1234\n4321\n4321\n" {
+		t.Errorf("in cgroups (%s): id -u, -g, -G = %q, want 1234, 4321, 4321", d.opts.Cgroups.Mode(), got)
+	}
+}
+
 func TestCgroupEscapeAfterTimeout(t *testing.T) {
 	d := cgroupDriver(t, Options{})
 	p := start(t, d, "cg-timeout-1", &taskwire.Spec{Command: escape(pidFile, "exec sleep 600"), TimeoutSeconds: 1, KillTimeoutSeconds: 1})
