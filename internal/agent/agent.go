@@ -245,6 +245,9 @@ type Agent struct {
 	// linger is how the flusher waits for more reports while work is
 	// queued (tests set it); nil waits reportLinger.
 	linger func(context.Context) error
+	// held keeps the credentials of work specs in memory, never in the DB
+	// (secrets.go).
+	held heldSpecs
 	// connMu guards conn, closed while a stream is open.
 	connMu sync.Mutex
 	conn   chan struct{}
@@ -318,6 +321,9 @@ func Run(ctx context.Context, opts Options) error {
 		if _, set := opts.Runners[typ]; !set {
 			a.opts.Runners[typ] = r
 		}
+	}
+	if err := a.scrubStoredCredentials(ctx); err != nil {
+		return err
 	}
 	id, err := a.ensureIdentity(ctx)
 	if err != nil {

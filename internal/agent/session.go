@@ -484,7 +484,8 @@ func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, 
 				rev := env.GetRevision() + uint64(i)
 				v := tr.Step(rev)
 				if v == protocol.Apply {
-					run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: rev})
+					spec := a.held.keep(it.GetUid(), it.GetType(), it.GetSpec())
+					run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: spec, Phase: PhasePending, Revision: rev})
 					continue
 				}
 				if v != protocol.Gap {
@@ -553,13 +554,22 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 		if v == protocol.Apply {
 			*askedGap = false
 			items := make([]store.Work, 0, len(p.Snapshot.GetItems()))
+			var secret []string
 			for _, it := range p.Snapshot.GetItems() {
-				items = append(items, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
+				spec := a.held.keep(it.GetUid(), it.GetType(), it.GetSpec())
+				if a.held.held(it.GetUid()) {
+					secret = append(secret, it.GetUid())
+				}
+				items = append(items, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: spec, Phase: PhasePending, Revision: env.GetRevision()})
 			}
 			removed, err := a.db.ApplySnapshot(ctx, env.GetRevision(), items)
 			if err != nil {
 				return false, err
 			}
+			if err := a.forgetEndedCredentials(ctx, secret); err != nil {
+				return false, err
+			}
+			a.held.snapshotApplied()
 			for _, uid := range removed {
 				if err := a.cancel(ctx, uid, "no longer in the hub's snapshot"); err != nil {
 					return false, err
@@ -570,6 +580,7 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 				if err := a.db.DeleteWork(ctx, uid); err != nil {
 					return false, err
 				}
+				a.held.drop(uid)
 			}
 			for _, it := range items {
 				a.schedule(it.UID)
