@@ -19,6 +19,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // callTimeout bounds one SendMessage call.
@@ -52,9 +53,10 @@ func (a *Agent) session(ctx context.Context, id store.Identity, hub string) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Features name the protocol extensions this agent understands: the
-	// hub uses them only with agents that name them.
+	// hub uses them only with agents that name them. taskwire.FeatureRunAs:
+	// this agent runs tasks as their securityContext's user.
 	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info(),
-		Features: []string{protocol.FeatureDispatchBatch}})
+		Features: []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs}})
 	if err != nil {
 		return classify(hub, err)
 	}
