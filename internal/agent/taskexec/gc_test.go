@@ -89,6 +89,12 @@ func TestGC(t *testing.T) {
 			if got := exists(t, d.TaskDir(id)); got != kept {
 				t.Errorf("%s: dir of %s exists = %v, want %v", when, id, got, kept)
 			}
+			if id == "task-unmarked-1" {
+				continue // made by hand, without an attempt dir
+			}
+			if got := exists(t, d.WorkDir(id)); got != kept {
+				t.Errorf("%s: the attempt dir of %s exists = %v, want %v (it goes with the task dir)", when, id, got, kept)
+			}
 		}
 	}
 
