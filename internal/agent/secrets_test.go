@@ -130,8 +130,8 @@ func TestCredentialsAreNotStored(t *testing.T) {
 	a := newTestAgent(t, nil)
 	startWorkLoop(t, a)
 	item := prePullItem(t, "pull-1", image)
-	if err := a.handleBatch(context.Background(), &fakeHub{}, protocol.NewTracker(0),
-		[]*agentv1.Envelope{protocol.NewDispatch("n1", 1, item)}); err != nil {
+	tr := protocol.NewTracker(0)
+	if err := a.handleBatch(context.Background(), &fakeHub{}, tr, []*agentv1.Envelope{protocol.NewDispatch("n1", 1, item)}); err != nil {
 		t.Fatal(err)
 	}
 	if end := waitEnd(t, a, "pull-1"); end.GetPhase() != PhaseSucceeded {
@@ -146,6 +146,14 @@ func TestCredentialsAreNotStored(t *testing.T) {
 	}
 	if a.held.held("pull-1") {
 		t.Error("the agent still holds the credentials of an ended item")
+	}
+	// The hub sends the item again (a later revision): it has ended, its
+	// credentials are not kept.
+	if err := a.handleBatch(context.Background(), &fakeHub{}, tr, []*agentv1.Envelope{protocol.NewDispatch("n1", 2, item)}); err != nil {
+		t.Fatal(err)
+	}
+	if a.held.held("pull-1") {
+		t.Error("the agent holds the credentials of an ended item sent again")
 	}
 	onDisk(t, a)
 }

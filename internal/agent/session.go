@@ -460,10 +460,17 @@ func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, 
 		if err != nil {
 			return err
 		}
+		var repeats []string
 		for i, c := range created {
 			if c {
 				a.schedule(run[i].UID)
+			} else if a.held.held(run[i].UID) {
+				repeats = append(repeats, run[i].UID)
 			}
+		}
+		// A repeat of an item that has ended needs its credentials no more.
+		if err := a.forgetEndedCredentials(ctx, repeats); err != nil {
+			return err
 		}
 		run = run[:0]
 		return nil
