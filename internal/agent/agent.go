@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/drover-fleet/drover/internal/agent/cgroup"
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol"
@@ -38,8 +39,19 @@ type Options struct {
 	// CAFile holds Drover's CA (PEM), to trust hubs before the node has
 	// registered. After registration the CA saved in the DB is used.
 	CAFile string
-	// StateDir holds agent.db. Required.
+	// StateDir holds agent.db, the node's keys and the tasks' logs: the
+	// agent's alone, 0700 (Run narrows a wider mode). Required.
 	StateDir string
+	// WorkDir holds one dir per task attempt, owned by the attempt's user
+	// (taskexec.Options.WorkDir). Default: StateDir + "-work".
+	WorkDir string
+	// TaskUser is who a task runs as when its spec names no runAsUser.
+	// Default: nobody (taskexec.LookupUser(taskexec.DefaultTaskUser)).
+	// Only a root agent switches users: otherwise tasks run as the agent.
+	TaskUser *taskexec.User
+	// AllowRootTasks lets a task run as uid or gid 0. Default false: such
+	// an attempt fails with reason taskwire.ReasonRunAs.
+	AllowRootTasks bool
 	// Labels are reported at registration and on connect.
 	Labels map[string]string
 	// Capacity is reported to the hub; default: detected cpu and memory
@@ -235,6 +247,9 @@ type Agent struct {
 	linger func(context.Context) error
 	// ident is the identity in use (renew.go).
 	ident identity
+	// held keeps the credentials of work specs in memory, never in the DB
+	// (secrets.go).
+	held heldSpecs
 	// connMu guards conn, closed while a stream is open.
 	connMu sync.Mutex
 	conn   chan struct{}
@@ -273,8 +288,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.defaults(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return fmt.Errorf("create state dir %s: %w", opts.StateDir, err)
+	if err := privateStateDir(opts.StateDir, opts.Logger); err != nil {
+		return err
 	}
 	db, err := store.Open(ctx, filepath.Join(opts.StateDir, "agent.db"), store.Options{Logger: opts.Logger, Clock: opts.Clock})
 	if err != nil {
@@ -308,6 +323,9 @@ func Run(ctx context.Context, opts Options) error {
 		if _, set := opts.Runners[typ]; !set {
 			a.opts.Runners[typ] = r
 		}
+	}
+	if err := a.scrubStoredCredentials(ctx); err != nil {
+		return err
 	}
 	id, err := a.ensureIdentity(ctx)
 	if err != nil {
@@ -383,6 +401,26 @@ func (a *Agent) info() *agentv1.NodeInfo {
 		Arch:         runtime.GOARCH,
 		Hostname:     strings.ToLower(host),
 	}
+}
+
+// privateStateDir creates dir 0700, or narrows it to 0700: it holds the
+// node's private key, the registration key, the DB and every task's logs,
+// none of which a task (running as another user) may read.
+func privateStateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("state dir %s has mode %o, readable by others; narrowing it to 0700 failed: %w", dir, perm, err)
+		}
+		log.Warn("narrowed the state dir's mode to 0700: it holds the node's keys and the tasks' logs", "dir", dir, "was", fmt.Sprintf("%o", perm))
+	}
+	return nil
 }
 
 // detectCapacity reports cpu and (on Linux) memory as resource quantities.

@@ -19,8 +19,9 @@ func (a *Agent) nodeJobRunners(db *store.Store) map[string]Runner {
 	pp := &prepull.Runner{StoreDir: filepath.Join(a.opts.StateDir, "images"), DB: db, Clock: a.opts.Clock,
 		Logger: a.log.With("runner", "prepull")}
 	return map[string]Runner{
-		nodejobwire.TypeUpgrade: resumingFlow{run: up.Run, resume: up.ResumeItem},
-		nodejobwire.TypePrePull: flowRunner(pp.Run),
+		// A resumed upgrade needs no credentials: it resumes past the download.
+		nodejobwire.TypeUpgrade: resumingFlow{run: a.withCredentials(up.Run), resume: up.ResumeItem},
+		nodejobwire.TypePrePull: a.withCredentials(pp.Run),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/store"
+	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
 // callTimeout bounds one SendMessage call.
@@ -45,9 +46,10 @@ func (a *Agent) session(ctx context.Context, hub string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Features name the protocol extensions this agent understands: the
-	// hub uses them only with agents that name them.
+	// hub uses them only with agents that name them. taskwire.FeatureRunAs:
+	// this agent runs tasks as their securityContext's user.
 	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info(),
-		Features: []string{protocol.FeatureDispatchBatch}})
+		Features: []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs}})
 	if err != nil {
 		return classify(hub, err)
 	}
@@ -450,10 +452,17 @@ func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, 
 		if err != nil {
 			return err
 		}
+		var repeats []string
 		for i, c := range created {
 			if c {
 				a.schedule(run[i].UID)
+			} else if a.held.held(run[i].UID) {
+				repeats = append(repeats, run[i].UID)
 			}
+		}
+		// A repeat of an item that has ended needs its credentials no more.
+		if err := a.forgetEndedCredentials(ctx, repeats); err != nil {
+			return err
 		}
 		run = run[:0]
 		return nil
@@ -476,7 +485,8 @@ func (a *Agent) handleBatch(ctx context.Context, client agentv1.AgentHubClient, 
 				rev := env.GetRevision() + uint64(i)
 				v := tr.Step(rev)
 				if v == protocol.Apply {
-					run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: rev})
+					spec := a.held.keep(it.GetUid(), it.GetType(), it.GetSpec())
+					run = append(run, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: spec, Phase: PhasePending, Revision: rev})
 					continue
 				}
 				if v != protocol.Gap {
@@ -545,13 +555,22 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 		if v == protocol.Apply {
 			*askedGap = false
 			items := make([]store.Work, 0, len(p.Snapshot.GetItems()))
+			var secret []string
 			for _, it := range p.Snapshot.GetItems() {
-				items = append(items, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: it.GetSpec(), Phase: PhasePending, Revision: env.GetRevision()})
+				spec := a.held.keep(it.GetUid(), it.GetType(), it.GetSpec())
+				if a.held.held(it.GetUid()) {
+					secret = append(secret, it.GetUid())
+				}
+				items = append(items, store.Work{UID: it.GetUid(), Type: it.GetType(), Spec: spec, Phase: PhasePending, Revision: env.GetRevision()})
 			}
 			removed, err := a.db.ApplySnapshot(ctx, env.GetRevision(), items)
 			if err != nil {
 				return false, err
 			}
+			if err := a.forgetEndedCredentials(ctx, secret); err != nil {
+				return false, err
+			}
+			a.held.snapshotApplied()
 			for _, uid := range removed {
 				if err := a.cancel(ctx, uid, "no longer in the hub's snapshot"); err != nil {
 					return false, err
@@ -562,6 +581,7 @@ func (a *Agent) handle(ctx context.Context, client agentv1.AgentHubClient, tr *p
 				if err := a.db.DeleteWork(ctx, uid); err != nil {
 					return false, err
 				}
+				a.held.drop(uid)
 			}
 			for _, it := range items {
 				a.schedule(it.UID)

@@ -188,7 +188,7 @@ func TestStreamLogOfARemovedTaskDir(t *testing.T) {
 	// dirs the test's GC must find. Wait for it to end (its next pass waits
 	// on the clock), and make that next pass one the test never reaches.
 	clk := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Retention: a.opts.TaskRetention,
+	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, WorkDir: filepath.Join(openDir(t), "work"), Retention: a.opts.TaskRetention,
 		GCInterval: 1000 * time.Hour, Clock: clk})
 	if err != nil {
 		t.Fatal(err)

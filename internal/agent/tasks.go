@@ -41,7 +41,8 @@ func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, erro
 	// An attempt's dir outlives the work item: the hub drops finished
 	// items from its snapshots, and `drover logs` reads an ended attempt's
 	// logs until the retention period is over.
-	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, Logger: log,
+	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, WorkDir: a.opts.WorkDir, TaskUser: a.opts.TaskUser,
+		AllowRoot: a.opts.AllowRootTasks, Logger: log,
 		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Clock: a.opts.Clock, Cgroups: a.opts.Cgroups})
 	if err != nil {
 		return taskSet{}, err

@@ -62,6 +62,9 @@ func startTaskAgentOpts(t *testing.T, dir string, clk clock.Clock, mutate func(*
 	if err := opts.defaults(); err != nil {
 		t.Fatal(err)
 	}
+	if err := privateStateDir(dir, opts.Logger); err != nil { // as Run does
+		t.Fatal(err)
+	}
 	db, err := store.Open(ctx, filepath.Join(dir, "agent.db"), store.Options{Clock: opts.Clock})
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +101,29 @@ func startTaskAgentOpts(t *testing.T, dir string, clk clock.Clock, mutate func(*
 	}
 	t.Cleanup(ta.stop)
 	return ta
+}
+
+// openDir is a fresh dir every user may use, 1777 as /tmp is: tasks run
+// as nobody and share files with the test through it (t.TempDir's parents
+// are private to root). Removed at the test's end.
+func openDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "drover-agent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// stateDir is an agent state dir whose default work dir (beside it) a
+// task running as nobody can reach.
+func stateDir(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(openDir(t), "state")
 }
 
 // putTask stores a task work item as a dispatch would and schedules it.
@@ -191,8 +217,8 @@ func alive(pid int) bool {
 // once (two of them finish only if both run together), each reports
 // Running with its pid, then its end.
 func TestTasksRunConcurrentlyThroughTheAgent(t *testing.T) {
-	dir := t.TempDir()
-	meetDir := t.TempDir()
+	dir := stateDir(t)
+	meetDir := openDir(t)
 	// Each waits for the other's file (at most 20 s): both end 0 only if
 	// they ran at the same time.
 	meet := func(me, other string) []string {
@@ -246,8 +272,8 @@ func TestTasksRunConcurrentlyThroughTheAgent(t *testing.T) {
 // process (SIGTERM, then SIGKILL for one that ignores it) before the agent
 // confirms Cancelled.
 func TestCancelledTaskIsReportedOnceItsProcessIsGone(t *testing.T) {
-	a := startTaskAgent(t, t.TempDir())
-	ready := filepath.Join(t.TempDir(), "ready")
+	a := startTaskAgent(t, stateDir(t))
+	ready := filepath.Join(openDir(t), "ready")
 	putTask(t, a.db, "task-c-1", taskwire.Spec{Command: []string{"sh", "-c", `trap "" TERM; touch "$R"; sleep 60`}, Env: []string{"R=" + ready}, KillTimeoutSeconds: 1})
 	a.schedule("task-c-1")
 	pid := waitRunning(t, a.Agent, "task-c-1").PID
@@ -277,7 +303,7 @@ func TestCancelledTaskIsReportedOnceItsProcessIsGone(t *testing.T) {
 // does: the process stays its child) and a new one on the same DB takes the
 // task over, with its exit code, without running it again.
 func TestTaskOutlivesAnAgentRestart(t *testing.T) {
-	dir, flag := t.TempDir(), filepath.Join(t.TempDir(), "go")
+	dir, flag := stateDir(t), filepath.Join(openDir(t), "go")
 	a := startTaskAgent(t, dir)
 	putTask(t, a.db, "task-r-1", taskwire.Spec{Command: []string{"sh", "-c", `echo started; while [ ! -e "$F" ]; do sleep 0.05; done; echo done; exit 4`}, Env: []string{"F=" + flag}})
 	a.schedule("task-r-1")
@@ -310,7 +336,7 @@ func TestTaskOutlivesAnAgentRestart(t *testing.T) {
 // ignores SIGTERM after the grace, and records them Failed, AgentStopped; a
 // restart reports that, and starts nothing again.
 func TestStopTasksOnExit(t *testing.T) {
-	dir := t.TempDir()
+	dir := stateDir(t)
 	stopping := func(o *Options) { o.StopTasksOnExit, o.StopTasksGrace = true, 300*time.Millisecond }
 	a := startTaskAgentOpts(t, dir, nil, stopping)
 	putTask(t, a.db, "polite", taskwire.Spec{Command: []string{"sleep", "60"}})
@@ -359,7 +385,7 @@ func TestStopTasksOnExit(t *testing.T) {
 // lost, re-attaches the others, still enforces a timeout, and says the exit
 // code of a re-attached process is unknown.
 func TestTasksAfterAnAgentCrash(t *testing.T) {
-	dir, flag := t.TempDir(), filepath.Join(t.TempDir(), "go")
+	dir, flag := stateDir(t), filepath.Join(openDir(t), "go")
 	db, err := store.Open(context.Background(), filepath.Join(dir, "agent.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +499,7 @@ func TestTaskCrashHelper(t *testing.T) {
 // goroutine each (the one waiting for its end) plus a constant.
 func TestTaskGoroutines(t *testing.T) {
 	const n, constant = 100, 4
-	a := startTaskAgent(t, t.TempDir())
+	a := startTaskAgent(t, stateDir(t))
 	before := runtime.NumGoroutine()
 	var uids []string
 	for i := range n {
@@ -510,7 +536,7 @@ func TestTaskGoroutines(t *testing.T) {
 // stopped at the next start, and its record forgotten: nobody would ever
 // report it.
 func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
-	dir := t.TempDir()
+	dir := stateDir(t)
 	a := startTaskAgent(t, dir)
 	putTask(t, a.db, "task-d-1", taskwire.Spec{Command: []string{"sleep", "60"}})
 	a.schedule("task-d-1")
@@ -551,7 +577,7 @@ func TestStartStopsTheProcessOfDroppedWork(t *testing.T) {
 // carried out when it stopped (the hub will not send it again: it was
 // acked) stops the task after the restart.
 func TestCancelSurvivesAnAgentRestart(t *testing.T) {
-	dir := t.TempDir()
+	dir := stateDir(t)
 	a := startTaskAgent(t, dir)
 	putTask(t, a.db, "task-k-1", taskwire.Spec{Command: []string{"sleep", "60"}})
 	a.schedule("task-k-1")
@@ -610,7 +636,7 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 		return c.data(), err
 	}
 	ctx := context.Background()
-	a := startTaskAgentWith(t, t.TempDir(), clk)
+	a := startTaskAgentWith(t, stateDir(t), clk)
 	const finished, lost = "task-done-1", "task-lost-1"
 	putTask(t, a.db, finished, taskwire.Spec{Command: []string{"echo", "finished output"}})
 	a.schedule(finished)
@@ -659,6 +685,46 @@ func TestDroppedTasksKeepTheirDirs(t *testing.T) {
 		var le *logError
 		if _, err := log(t, a, uid); !errors.As(err, &le) || !strings.Contains(le.msg, "--task-retention (24h) had passed since it ended") {
 			t.Errorf("log of %s after its retention: %v, want an error naming the retention", uid, err)
+		}
+	}
+}
+
+// TestTaskCannotReadTheAgentsState: issue #15's first attack through the
+// agent. A task (as the task user) cannot read agent.db, the registration
+// key or another task's log; the agent narrows a state dir left readable
+// by others to 0700 as it starts.
+func TestTaskCannotReadTheAgentsState(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switching to the task user needs root")
+	}
+	dir := stateDir(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "registration.key"), []byte("secret key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startTaskAgent(t, dir)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("state dir %v (%v), want 0700", fi.Mode(), err)
+	}
+	putTask(t, a.db, "task-log-1", taskwire.Spec{Command: []string{"echo", "a tenant's output"}})
+	a.schedule("task-log-1")
+	waitStatuses(t, a.Agent, "task-log-1")
+	tries := map[string]string{
+		"task-peek-1": filepath.Join(dir, "agent.db"),
+		"task-peek-2": filepath.Join(dir, "registration.key"),
+		"task-peek-3": filepath.Join(a.driver.TaskDir("task-log-1"), taskexec.StdoutFile),
+	}
+	for uid, name := range tries {
+		putTask(t, a.db, uid, taskwire.Spec{Command: []string{"cat", name}})
+		a.schedule(uid)
+	}
+	all := waitStatuses(t, a.Agent, "task-peek-1", "task-peek-2", "task-peek-3")
+	for uid := range tries {
+		end := all[uid][len(all[uid])-1]
+		if end.phase != PhaseFailed || code(end.report) == "0" || !strings.Contains(end.report.OutputTail, "Permission denied") {
+			t.Errorf("%s: cat %s ended %s code %s output %q; want a non-zero exit, permission denied", uid, tries[uid], end.phase, code(end.report), end.report.OutputTail)
 		}
 	}
 }

@@ -320,6 +320,7 @@ func (a *Agent) finishMessage(ctx context.Context, uid, phase, reason, message s
 	// A runner's verdict goes into a report: keep it within the protocol, or
 	// the report could never be encoded (and the item never reported).
 	phase, reason = clipText(phase, protocol.MaxTextBytes), clipText(reason, protocol.MaxTextBytes)
+	a.held.drop(uid) // ended: its credentials are no longer needed
 	if it, ok := a.running[uid]; ok {
 		it.stop(ErrCancelled)
 		delete(a.running, uid)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -218,11 +219,30 @@ func (c *cluster) token(t testing.TB, autoApprove bool, ttl time.Duration) strin
 	return tok.String()
 }
 
-// startAgent runs drover-agent for node with stateDir.
+// startAgent runs drover-agent for node with stateDir. Its tasks run as
+// nobody, so their dirs go beside stateDir (--work-dir's default), which
+// they reach only if stateDir's parent lets every user through: t.TempDir's
+// parents do not.
 func (c *cluster) startAgent(t testing.TB, node, stateDir string, args ...string) *proc {
 	t.Helper()
-	base := []string{"--node", node, "--state-dir", stateDir, "--ca-file", c.ca, "--heartbeat-interval", heartbeatInterval.String(), "--log-level", "debug"}
+	base := []string{"--node", node, "--state-dir", stateDir, "--ca-file", c.ca, "--heartbeat-interval", heartbeatInterval.String(), "--log-level", "debug",
+		"--work-dir", filepath.Join(openDir(t), "work")}
 	return start(t, "drover-agent "+node, c.agent, append(base, args...)...)
+}
+
+// openDir is a fresh dir every user may use, 1777 as /tmp is (a task runs
+// as nobody), removed at the test's end.
+func openDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "drover-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // cli runs `drover ARGS` against the cluster and returns its output.

@@ -161,7 +161,7 @@ func TestTasks(t *testing.T) {
 	})
 
 	t.Run("deleting a running task stops its process", func(t *testing.T) {
-		pidFile := filepath.Join(t.TempDir(), "pid")
+		pidFile := filepath.Join(openDir(t), "pid") // written by the task, as nobody
 		if err := c.client.Create(ctx, newTask("long", batchv1.TaskSpec{Command: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 300"}})); err != nil {
 			t.Fatal(err)
 		}

@@ -18,8 +18,9 @@
 //     pids.max. The kernel has no clone-into-cgroup for v1, so the process
 //     is started through a shim: the agent binary re-executes itself
 //     (/proc/self/exe, hidden argument ShimArg), writes its own pid into
-//     every cgroup.procs of the attempt and only then execs the task's argv
-//     (passed as exec arguments, never through a shell). The task's first
+//     every cgroup.procs of the attempt (as the agent: those files are
+//     root's), drops to the task's uid and gid, and only then execs the
+//     task's argv (passed as exec arguments, never through a shell). The task's first
 //     instruction already runs inside the cgroups, so no child can fork
 //     outside them. Killing freezes the freezer cgroup, SIGKILLs every pid
 //     in it, thaws, and repeats until it is empty.

@@ -113,7 +113,14 @@ func (g *Group) Prepare(cmd *exec.Cmd) (func(), error) {
 	dirs := g.Dirs()
 	args := []string{"drover-agent", ShimArg, strconv.Itoa(len(dirs))}
 	args = append(args, dirs...)
-	args = append(args, cmd.Path)
+	// The shim must enter the cgroups as the agent (cgroup.procs is
+	// root's), so it takes the process's user over and drops to it itself.
+	user := "-"
+	if c := cmd.SysProcAttr.Credential; c != nil {
+		user = strconv.FormatUint(uint64(c.Uid), 10) + ":" + strconv.FormatUint(uint64(c.Gid), 10)
+		cmd.SysProcAttr.Credential = nil
+	}
+	args = append(args, user, cmd.Path)
 	args = append(args, cmd.Args...)
 	// /proc/self/exe in the forked child is the agent's own binary, even if
 	// an upgrade replaced the file meanwhile.

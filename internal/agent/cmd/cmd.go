@@ -56,13 +56,23 @@ func Main(args []string) int {
 		retention time.Duration
 		cgroups   string
 		cgParent  string
+		taskUser  string
 	)
 	host, _ := os.Hostname()
 	fs.StringVar(&o.Node, "node", strings.ToLower(host), "this machine's node name")
 	fs.StringVar(&hubs, "hub", "127.0.0.1:7443", "hub addresses host:port, comma-separated; tried in turn")
 	fs.StringVar(&o.BootstrapToken, "token", os.Getenv("DROVER_TOKEN"), "bootstrap token (only needed to register; or $DROVER_TOKEN)")
 	fs.StringVar(&o.CAFile, "ca-file", "", "Drover's CA certificate, to trust the hub when registering (`drover ca`)")
-	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/drover-agent", "directory for the agent's database")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/drover-agent",
+		"directory for the agent's database, keys and the tasks' logs; kept 0700 (the agent narrows a wider mode at start)")
+	fs.StringVar(&o.WorkDir, "work-dir", "",
+		"directory of the task attempts' own dirs (their working dir and HOME, 0700 and owned by the task's user); itself 0711, "+
+			"so every dir above it must let the task users through. Default: the state dir + \"-work\" (/var/lib/drover-agent-work)")
+	fs.StringVar(&taskUser, "task-user", taskexec.DefaultTaskUser,
+		"user tasks run as when their securityContext names none: a name, a uid, or uid:gid (default nobody, else 65534:65534). "+
+			"Only an agent running as root switches users; otherwise tasks run as the agent's user")
+	fs.BoolVar(&o.AllowRootTasks, "allow-root-tasks", false,
+		"let a task run as uid or gid 0 when its securityContext asks (a NodeGrant must allow it too); without it such a task fails, RunAsRefused")
 	fs.StringVar(&labels, "labels", "", "labels to report, k=v,k2=v2")
 	fs.StringVar(&capacity, "capacity", "",
 		"resources to report besides the detected cpu and memory, name=quantity,... (e.g. gpu=1,example.com/fpga=2); "+
@@ -73,7 +83,7 @@ func Main(args []string) int {
 	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
 	fs.StringVar(&mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
 	fs.DurationVar(&retention, "task-retention", taskexec.DefaultRetention,
-		"how long an ended task attempt's dir (logs, default working dir) stays under --state-dir/tasks after the attempt ended "+
+		"how long an ended task attempt's dirs (its logs under --state-dir/tasks, its own dir under --work-dir) stay after the attempt ended "+
 			"(finished, or stopped because the hub dropped it); 0 keeps them for ever. drover logs can read a task's output until then")
 	fs.Int64Var(&o.MaxArtifactBytes, "max-artifact-bytes", taskexec.DefaultMaxArtifactBytes,
 		"largest task artifact to download, in bytes; a larger one fails the task before it starts")
@@ -101,6 +111,20 @@ func Main(args []string) int {
 		o.TaskRetention = -1 // taskexec: keep for ever
 	default:
 		o.TaskRetention = retention
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["task-user"] {
+		u, err := taskexec.LookupUser(taskUser)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: --task-user: %v\n", err)
+			return 2
+		}
+		if (u.UID == 0 || u.GID == 0) && !o.AllowRootTasks && os.Geteuid() == 0 {
+			fmt.Fprintf(os.Stderr, "drover-agent: --task-user %s is root: every task would run as root; add --allow-root-tasks if that is meant\n", taskUser)
+			return 2
+		}
+		o.TaskUser = &u
 	}
 	if o.MaxArtifactBytes <= 0 {
 		fmt.Fprintf(os.Stderr, "drover-agent: --max-artifact-bytes %d: want a size in bytes above 0\n", o.MaxArtifactBytes)

@@ -1,15 +1,26 @@
 package cmd
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestBadTaskFlags(t *testing.T) {
-	for _, args := range [][]string{
+	bad := [][]string{
 		{"--task-retention", "-1h"},
 		{"--task-retention", "soon"},
 		{"--max-artifact-bytes", "0"},
 		{"--max-artifact-bytes", "-5"},
 		{"--max-artifact-bytes", "1GiB"},
-	} {
+		{"--task-user", "no-such-user-here"},
+		{"--task-user", "1000:staff"},
+		{"--task-user", ""},
+	}
+	if os.Geteuid() == 0 {
+		// Root as the default user of every task is a usage error unless meant.
+		bad = append(bad, []string{"--task-user", "root"}, []string{"--task-user", "1000:0"})
+	}
+	for _, args := range bad {
 		if code := Main(append(args, "--state-dir", t.TempDir())); code != 2 {
 			t.Errorf("Main(%q) = %d, want 2 (a usage error, before running)", args, code)
 		}

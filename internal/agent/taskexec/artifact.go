@@ -17,8 +17,9 @@ import (
 
 // fetchArtifacts downloads each artifact into dir and checks its digest.
 // Files are written through an os.Root, which refuses a path that leaves
-// dir, by ".." or through a symlink.
-func (d *Driver) fetchArtifacts(ctx context.Context, dir string, arts []taskwire.Artifact) error {
+// dir, by ".." or through a symlink, and then given to u (with the dirs
+// made for them), so the task owns what it works on.
+func (d *Driver) fetchArtifacts(ctx context.Context, dir string, arts []taskwire.Artifact, u User) error {
 	if len(arts) == 0 {
 		return nil
 	}
@@ -28,19 +29,19 @@ func (d *Driver) fetchArtifacts(ctx context.Context, dir string, arts []taskwire
 	}
 	defer root.Close()
 	for i, a := range arts {
-		if err := d.fetch(ctx, root, a); err != nil {
+		if err := d.fetch(ctx, root, a, u); err != nil {
 			return fmt.Errorf("artifact %d (%s): %w", i, a.Path, err)
 		}
 	}
 	return nil
 }
 
-func (d *Driver) fetch(ctx context.Context, root *os.Root, a taskwire.Artifact) error {
+func (d *Driver) fetch(ctx context.Context, root *os.Root, a taskwire.Artifact, u User) error {
 	if !filepath.IsLocal(a.Path) {
 		return fmt.Errorf("path %q is not inside the working dir", a.Path)
 	}
 	if parent := filepath.Dir(a.Path); parent != "." {
-		if err := root.MkdirAll(parent, 0o755); err != nil {
+		if err := d.mkdirOwned(root, parent, u); err != nil {
 			return err
 		}
 	}
@@ -94,6 +95,10 @@ func (d *Driver) fetch(ctx context.Context, root *os.Root, a taskwire.Artifact) 
 		mode = 0o755
 	}
 	if err := root.Chmod(tmp, mode); err != nil {
+		root.Remove(tmp)
+		return err
+	}
+	if err := d.chown(root, tmp, u); err != nil {
 		root.Remove(tmp)
 		return err
 	}

@@ -97,7 +97,7 @@ func TestArtifactSizeLimit(t *testing.T) {
 			if tt.sent > 0 && wrote.Load() >= tt.sent {
 				t.Errorf("the server sent all %d bytes: the limit was not enforced while downloading", wrote.Load())
 			}
-			entries, _ := os.ReadDir(filepath.Join(d.TaskDir(id), "work", "data"))
+			entries, _ := os.ReadDir(filepath.Join(d.WorkDir(id), "data"))
 			if len(entries) != 0 {
 				t.Errorf("left %v in the working dir", entries)
 			}
@@ -113,7 +113,7 @@ func TestArtifactSizeLimit(t *testing.T) {
 		}
 		prep.Close()
 		<-handled
-		if fi, err := os.Stat(filepath.Join(d.TaskDir("task-big-ok"), "work", "model.bin")); err != nil || fi.Size() != limit {
+		if fi, err := os.Stat(filepath.Join(d.WorkDir("task-big-ok"), "model.bin")); err != nil || fi.Size() != limit {
 			t.Errorf("artifact %v, %v; want %d bytes", fi, err, limit)
 		}
 	})

@@ -50,21 +50,25 @@ func cgroupDriver(t *testing.T, opts Options) *Driver {
 }
 
 // escape is a shell script that starts a process out of its group and
-// session (setsid), which writes its pid to pidFile; the script waits for
-// the file and then goes on with rest.
+// session (setsid), which writes its pid to pidFile (in the working dir:
+// the task runs as nobody); the script waits for the file and then goes on
+// with rest.
+const pidFile = "pid"
+
 func escape(pidFile, rest string) []string {
 	return []string{"sh", "-c", fmt.Sprintf(
 		`setsid sh -c 'echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 600' & while [ ! -s %[1]s ]; do sleep 0.01; done; %[2]s`, pidFile, rest)}
 }
 
-// escapee waits for the pid the escaped process wrote.
-func escapee(t *testing.T, pidFile string) int {
+// escapee waits for the pid the escaped process of attempt id wrote.
+func escapee(t *testing.T, d *Driver, id string) int {
 	t.Helper()
+	name := filepath.Join(d.WorkDir(id), pidFile)
 	var pid int
 	testkit.Eventually(t, testTimeout, func() string {
-		b, _ := os.ReadFile(pidFile)
+		b, _ := os.ReadFile(name)
 		if pid, _ = strconv.Atoi(strings.TrimSpace(string(b))); pid == 0 {
-			return "the setsid process has not written its pid to " + pidFile
+			return "the setsid process has not written its pid to " + name
 		}
 		return ""
 	})
@@ -99,21 +103,27 @@ func requireRemoved(t *testing.T, dirs []string) {
 
 func TestCgroupEscapeAfterComplete(t *testing.T) {
 	d := cgroupDriver(t, Options{})
-	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := start(t, d, "cg-complete-1", &taskwire.Spec{Command: escape(pidFile, "exit 0")})
 	r := wait(t, p)
 	if r.Phase != taskwire.PhaseSucceeded {
 		t.Fatalf("result %+v, want Succeeded", r)
 	}
-	requireGone(t, escapee(t, pidFile), "after its task completed")
+	requireGone(t, escapee(t, d, "cg-complete-1"), "after its task completed")
 	requireRemoved(t, p.Info().Cgroup)
+}
+
+// In cgroups (v1: through the start shim) a task still runs as its user.
+func TestCgroupRunsAsItsUser(t *testing.T) {
+	d := cgroupDriver(t, Options{})
+	if got := ids(t, d, "cg-user-1", taskwire.Spec{RunAsUser: id64(1234), RunAsGroup: id64(4321)}); got != "1234\n4321\n4321\n" {
+		t.Errorf("in cgroups (%s): id -u, -g, -G = %q, want 1234, 4321, 4321", d.opts.Cgroups.Mode(), got)
+	}
 }
 
 func TestCgroupEscapeAfterTimeout(t *testing.T) {
 	d := cgroupDriver(t, Options{})
-	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := start(t, d, "cg-timeout-1", &taskwire.Spec{Command: escape(pidFile, "exec sleep 600"), TimeoutSeconds: 1, KillTimeoutSeconds: 1})
-	pid := escapee(t, pidFile)
+	pid := escapee(t, d, "cg-timeout-1")
 	r := wait(t, p)
 	if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonTimeout {
 		t.Fatalf("result %+v, want Failed, timeout", r)
@@ -124,9 +134,8 @@ func TestCgroupEscapeAfterTimeout(t *testing.T) {
 
 func TestCgroupEscapeAfterCancel(t *testing.T) {
 	d := cgroupDriver(t, Options{})
-	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := start(t, d, "cg-cancel-1", &taskwire.Spec{Command: escape(pidFile, "exec sleep 600")})
-	pid := escapee(t, pidFile)
+	pid := escapee(t, d, "cg-cancel-1")
 	p.Cancel()
 	if r := wait(t, p); r.Phase != taskwire.PhaseCancelled {
 		t.Fatalf("result %+v, want Cancelled", r)
@@ -137,8 +146,9 @@ func TestCgroupEscapeAfterCancel(t *testing.T) {
 
 func TestCgroupOOMKilled(t *testing.T) {
 	d := cgroupDriver(t, Options{})
-	self, err := os.Executable()
-	if err != nil {
+	// The task runs as nobody, who cannot reach the test binary's build dir.
+	self := filepath.Join(sharedDir(t), "hog")
+	if err := copyFile(self); err != nil {
 		t.Fatal(err)
 	}
 	r := run(t, d, "cg-oom-1", &taskwire.Spec{Command: []string{self}, Env: []string{hogEnv + "=1"}, MemoryBytes: 64 << 20})
@@ -174,19 +184,18 @@ func TestCgroupCPUQuota(t *testing.T) {
 // TestCgroupReattach: after a restart the driver finds the attempt's
 // cgroup from the persisted Info, and a cancel then kills what escaped.
 func TestCgroupReattach(t *testing.T) {
-	state := t.TempDir()
-	d1 := cgroupDriver(t, Options{StateDir: state})
-	pidFile := filepath.Join(t.TempDir(), "pid")
+	state, work := t.TempDir(), filepath.Join(sharedDir(t), "work")
+	d1 := cgroupDriver(t, Options{StateDir: state, WorkDir: work})
 	spec := &taskwire.Spec{Command: escape(pidFile, "exec sleep 600")}
 	p1 := start(t, d1, "cg-reattach-1", spec)
-	pid := escapee(t, pidFile)
+	pid := escapee(t, d1, "cg-reattach-1")
 	info := p1.Info()
 	if !p1.Detach() {
 		t.Fatal("the attempt ended before the restart")
 	}
 	d1.Close()
 
-	d2 := newDriver(t, Options{StateDir: state}) // even without cgroups, the persisted dirs are found
+	d2 := newDriver(t, Options{StateDir: state, WorkDir: work}) // even without cgroups, the persisted dirs are found
 	p2 := d2.Adopt("cg-reattach-1", spec, info)
 	p2.Cancel()
 	if r := wait(t, p2); r.Phase != taskwire.PhaseCancelled {
@@ -194,4 +203,17 @@ func TestCgroupReattach(t *testing.T) {
 	}
 	requireGone(t, pid, "after its task was cancelled by the restarted agent")
 	requireRemoved(t, info.Cgroup)
+}
+
+// copyFile copies the test binary to an executable file dst.
+func copyFile(dst string) error {
+	src, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }

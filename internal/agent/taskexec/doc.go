@@ -5,17 +5,44 @@
 // # What it does
 //
 // An attempt is the argv of its spec, run with os/exec and never through a
-// shell, in its own process group, with a minimal environment (PATH, HOME,
-// DROVER_TASK_NAME, DROVER_TASK_NAMESPACE, DROVER_TASK_ATTEMPT) plus the
-// spec's env, in the spec's working dir or a fresh one under
-// <state dir>/tasks/<work id>/work. Its artifacts are fetched over http(s)
-// before it starts, checked against their sha256 and written inside the
-// working dir (an os.Root refuses any path that would leave it, symlinks
-// included). An artifact over Options.MaxArtifactBytes fails the attempt
+// shell, in its own process group, as its user (below), with a minimal
+// environment (PATH, HOME = its own dir, DROVER_TASK_NAME,
+// DROVER_TASK_NAMESPACE, DROVER_TASK_ATTEMPT) plus the spec's env. Its
+// working dir is its own dir <work dir>/<work id>, a relative dir inside
+// that one (created, its user's; os.Root refuses a symlink that leaves
+// it), or the spec's absolute dir as it is. Its artifacts are fetched over
+// http(s) before it starts, checked against their sha256, written inside
+// the working dir (an os.Root refuses any path that would leave it,
+// symlinks included) and given to its user. An artifact over Options.MaxArtifactBytes fails the attempt
 // before it starts; the size is checked against Content-Length and counted
 // while downloading (the header may be missing or false, and the transport
 // decodes gzip), and the partial file is removed. stdout and stderr go to
-// <state dir>/tasks/<work id>/stdout.log and stderr.log.
+// <state dir>/tasks/<work id>/stdout.log and stderr.log: files the agent
+// opens and hands to the process, so the task writes its logs without
+// being able to open them, or anything else in the state dir.
+//
+// # Users and dirs
+//
+// An agent running as root runs each attempt as the spec's RunAsUser and
+// RunAsGroup: unset user, Options.TaskUser (drover-agent --task-user,
+// default nobody, else 65534:65534); unset group, the uid when RunAsUser
+// is set, else the task user's group. Supplementary groups are cleared.
+// uid or gid 0 fails the attempt with taskwire.ReasonRunAs unless
+// Options.AllowRoot (drover-agent --allow-root-tasks): the agent checks
+// it whatever the cluster's policy (NodeGrants) allowed. An agent that is
+// not root cannot switch: attempts run as the agent's uid and gid, and
+// one that asks for another user fails with ReasonRunAs, saying so.
+//
+// The state dir (the agent's DB and keys, the tasks' logs) is the agent's,
+// 0700; the logs' root StateDir/tasks is 0700 too. The attempts' own dirs
+// are outside it, in the work root (Options.WorkDir, default
+// <state dir>-work), which is 0711: a task reaches its own dir by name and
+// lists nothing. Each attempt's dir is 0700 and its user's, so a task
+// running as another uid neither reads nor lists it. Tasks that run as
+// the same uid are not isolated from each other (they may signal and
+// trace each other, as any processes of one user may): give tenants
+// different uids. Every dir above the work root must let the task users
+// through (o+x); Prepare checks it and says what to change.
 //
 // A timeout sends SIGTERM to the group, then SIGKILL after the kill timeout;
 // the attempt ends Failed with reason "timeout" and exit code 143 (it ended
@@ -77,7 +104,8 @@
 // # Task dirs
 //
 // When an attempt's process has ended (or the attempt ended before it
-// started), the driver writes EndedFile with the time into its task dir.
+// started), the driver writes EndedFile with the time into its task dir
+// (its logs' dir; the attempt's own dir under the work root goes with it).
 // A second goroutine, the collector, runs GC at the start and every
 // Options.GCInterval: it removes a task dir whose attempt ended more than
 // Options.Retention ago, and only then: an attempt whose work the hub no
@@ -110,5 +138,7 @@
 //
 // # What not
 //
-// No resource limits without cgroups, no user switching, no stdin. Linux only.
+// No resource limits without cgroups, no user switching without root (nor
+// users allocated per attempt: tasks of one uid share it), no stdin. Linux
+// only.
 package taskexec

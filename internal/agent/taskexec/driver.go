@@ -40,8 +40,23 @@ const (
 
 // Options configure a Driver. Zero values take the documented defaults.
 type Options struct {
-	// StateDir is the agent's state dir; attempts live in StateDir/tasks/<work id>. Required.
+	// StateDir is the agent's state dir; attempts' logs live in
+	// StateDir/tasks/<work id>, where only the agent reads them. Required.
 	StateDir string
+	// WorkDir holds one dir per attempt, <WorkDir>/<work id>, the
+	// attempt's own (0700, its user's) and its default working dir and
+	// HOME. WorkDir itself is 0711: a task reaches its own dir by name but
+	// lists nothing. Default: StateDir + "-work".
+	WorkDir string
+	// TaskUser is who an attempt runs as when its spec names no
+	// runAsUser. Default: LookupUser(DefaultTaskUser). An agent that is
+	// not root switches no user: every attempt runs as the agent's own
+	// uid and gid, and one asking for another fails.
+	TaskUser *User
+	// AllowRoot lets an attempt run as uid 0 or gid 0 (its spec asks for
+	// it, or TaskUser is root). Default false: such an attempt fails with
+	// reason taskwire.ReasonRunAs.
+	AllowRoot bool
 	// MaxLogBytes is the size at which stdout.log or stderr.log is rotated
 	// to <name>.1. Default DefaultMaxLogBytes.
 	MaxLogBytes int64
@@ -106,8 +121,8 @@ type Result struct {
 	Report taskwire.Report `json:"report"`
 }
 
-// Error is why an attempt could not start; Reason is taskwire.ReasonArtifact or
-// taskwire.ReasonStartError.
+// Error is why an attempt could not start; Reason is taskwire.ReasonArtifact,
+// taskwire.ReasonRunAs or taskwire.ReasonStartError.
 type Error struct {
 	Reason string
 	Err    error
@@ -120,6 +135,10 @@ func (e *Error) Unwrap() error { return e.Err }
 type Driver struct {
 	opts Options
 	log  *slog.Logger
+	// switching: the agent is root and runs attempts as other users;
+	// otherwise taskUser is the agent's own uid and gid.
+	switching bool
+	taskUser  User
 
 	mu        sync.Mutex
 	procs     map[*Proc]struct{} // watched by the monitor
@@ -139,6 +158,9 @@ type Driver struct {
 func New(opts Options) (*Driver, error) {
 	if opts.StateDir == "" {
 		return nil, errors.New("taskexec: a state dir is required")
+	}
+	if opts.WorkDir == "" {
+		opts.WorkDir = filepath.Clean(opts.StateDir) + "-work"
 	}
 	if opts.MaxLogBytes <= 0 {
 		opts.MaxLogBytes = DefaultMaxLogBytes
@@ -172,6 +194,12 @@ func New(opts Options) (*Driver, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		gcDone:    make(chan struct{}),
+	}
+	if err := d.setupUsers(); err != nil {
+		return nil, err
+	}
+	if err := d.setupDirs(); err != nil {
+		return nil, err
 	}
 	// SIGCHLD tells the monitor a child changed state; a full channel
 	// coalesces signals, which is fine: the monitor checks every process.
@@ -222,10 +250,71 @@ func (d *Driver) Watching() int {
 	return len(d.procs)
 }
 
-// TaskDir is the directory of attempt id: its logs, and its working dir
-// when the spec names none.
+// TaskDir is the directory of attempt id's logs, inside the state dir.
 func (d *Driver) TaskDir(id string) string {
 	return filepath.Join(d.opts.StateDir, "tasks", id)
+}
+
+// WorkDir is attempt id's own dir: its HOME, and its working dir when the
+// spec names none (a relative one is inside it).
+func (d *Driver) WorkDir(id string) string {
+	return filepath.Join(d.opts.WorkDir, id)
+}
+
+// setupUsers settles who attempts run as.
+func (d *Driver) setupUsers() error {
+	d.switching = os.Geteuid() == 0
+	if !d.switching {
+		d.taskUser = User{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
+		if d.opts.TaskUser != nil && *d.opts.TaskUser != d.taskUser {
+			d.log.Warn("the agent is not root and cannot switch users: tasks run as the agent's own user, not the task user",
+				"uid", d.taskUser.UID, "gid", d.taskUser.GID, "taskUser", d.opts.TaskUser.String())
+		} else {
+			d.log.Info("the agent is not root: tasks run as the agent's own user, and a task asking for another fails",
+				"uid", d.taskUser.UID, "gid", d.taskUser.GID)
+		}
+		return nil
+	}
+	if d.opts.TaskUser != nil {
+		d.taskUser = *d.opts.TaskUser
+	} else {
+		u, err := LookupUser(DefaultTaskUser)
+		if err != nil {
+			return fmt.Errorf("taskexec: %w", err)
+		}
+		d.taskUser = u
+	}
+	if d.taskUser.root() && !d.opts.AllowRoot {
+		return fmt.Errorf("taskexec: the task user %s is root, and root tasks are not allowed (drover-agent --allow-root-tasks)", d.taskUser)
+	}
+	d.log.Info("tasks run as their securityContext's user, else as the task user", "taskUser", d.taskUser.String(), "allowRoot", d.opts.AllowRoot)
+	return nil
+}
+
+// setupDirs creates the logs' root (0700, inside the state dir) and the
+// work root (0711: traversable to reach one's own attempt dir by name, not
+// listable), and narrows modes found wider.
+func (d *Driver) setupDirs() error {
+	for _, dir := range []struct {
+		path string
+		mode os.FileMode
+	}{{filepath.Join(d.opts.StateDir, "tasks"), 0o700}, {d.opts.WorkDir, 0o711}} {
+		if err := os.MkdirAll(dir.path, dir.mode); err != nil {
+			return fmt.Errorf("taskexec: create %s: %w", dir.path, err)
+		}
+		fi, err := os.Stat(dir.path)
+		if err != nil {
+			return fmt.Errorf("taskexec: %w", err)
+		}
+		if fi.Mode().Perm() != dir.mode {
+			if err := os.Chmod(dir.path, dir.mode); err != nil {
+				return fmt.Errorf("taskexec: narrow the mode of %s to %o: %w", dir.path, dir.mode, err)
+			}
+			d.log.Warn("narrowed the mode of a task directory", "dir", dir.path, "was", fmt.Sprintf("%o", fi.Mode().Perm()),
+				"now", fmt.Sprintf("%o", dir.mode))
+		}
+	}
+	return nil
 }
 
 // workIDRE is what a work id may be to name a directory.
@@ -240,6 +329,7 @@ type Prepared struct {
 	started        bool // Start took it over; guarded by d.mu
 	released       bool // Close or Start ran; guarded by d.mu
 	path, dir      string
+	user           User
 	env            []string
 	logDir         string
 	stdout, stderr *os.File
@@ -257,10 +347,12 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	if err := spec.Validate(); err != nil {
 		return nil, startErr("%w", err)
 	}
-	p := &Prepared{d: d, id: id, spec: spec, logDir: d.TaskDir(id), dir: spec.WorkingDir}
-	if p.dir == "" {
-		p.dir = filepath.Join(p.logDir, "work")
+	user, err := d.runAs(spec)
+	if err != nil {
+		return nil, &Error{Reason: taskwire.ReasonRunAs, Err: err}
 	}
+	p := &Prepared{d: d, id: id, spec: spec, logDir: d.TaskDir(id), user: user}
+	attempt := d.WorkDir(id)
 	// From here the collector leaves the task dir alone, until Start hands
 	// it to the process or Close marks it ended.
 	d.mu.Lock()
@@ -277,17 +369,24 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	if err := os.Remove(filepath.Join(p.logDir, EndedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, startErr("clear the task dir: %w", err)
 	}
-	if err := os.MkdirAll(p.logDir, 0o750); err != nil {
+	if err := os.MkdirAll(p.logDir, 0o700); err != nil {
 		return nil, startErr("create the task dir: %w", err)
 	}
-	if err := os.MkdirAll(p.dir, 0o755); err != nil {
-		return nil, startErr("create working dir %s: %w", p.dir, err)
+	if d.switching {
+		if err := reachable(attempt, user); err != nil {
+			return nil, startErr("%w", err)
+		}
 	}
-	if err := d.fetchArtifacts(ctx, p.dir, spec.Artifacts); err != nil {
+	if err := d.makeAttemptDir(attempt, user); err != nil {
+		return nil, startErr("%w", err)
+	}
+	if p.dir, err = d.workingDir(attempt, spec.WorkingDir, user); err != nil {
+		return nil, startErr("%w", err)
+	}
+	if err := d.fetchArtifacts(ctx, p.dir, spec.Artifacts, user); err != nil {
 		return nil, &Error{Reason: taskwire.ReasonArtifact, Err: err}
 	}
-	p.env = taskEnv(spec)
-	var err error
+	p.env = taskEnv(spec, attempt)
 	if p.path, err = lookPath(spec.Command[0], p.env, p.dir); err != nil {
 		return nil, startErr("%w", err)
 	}
@@ -343,13 +442,11 @@ func openLog(name string) (*os.File, error) {
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // taskEnv is the minimal environment plus the spec's (later entries win).
-func taskEnv(spec *taskwire.Spec) []string {
-	path, home := os.Getenv("PATH"), os.Getenv("HOME")
+// HOME is the attempt's own dir: the agent's HOME is not the task user's.
+func taskEnv(spec *taskwire.Spec, home string) []string {
+	path := os.Getenv("PATH")
 	if path == "" {
 		path = defaultPath
-	}
-	if home == "" {
-		home = "/"
 	}
 	env := []string{
 		"PATH=" + path,
@@ -429,7 +526,7 @@ func (p *Prepared) Start() (*Proc, error) {
 		Stderr: p.stderr,
 		// Its own group: signals go to everything it started, and an agent
 		// stopped from a terminal (SIGINT to the foreground group) leaves it.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: d.credential(p.user)},
 	}
 	var cg *cgroup.Group
 	if m := d.opts.Cgroups; m != nil {
@@ -486,7 +583,7 @@ func (p *Prepared) Start() (*Proc, error) {
 	d.procs[proc] = struct{}{}
 	p.started = true
 	d.kick()
-	d.log.Debug("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0])
+	d.log.Debug("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0], "user", p.user.String())
 	return proc, nil
 }
 

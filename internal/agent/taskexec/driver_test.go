@@ -30,12 +30,30 @@ func newDriver(t *testing.T, opts Options) *Driver {
 	if opts.StateDir == "" {
 		opts.StateDir = t.TempDir()
 	}
+	if opts.WorkDir == "" {
+		opts.WorkDir = filepath.Join(sharedDir(t), "work")
+	}
 	d, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
 	return d
+}
+
+// sharedDir is a fresh dir every user reaches: a task runs as nobody, and
+// t.TempDir's parents are private to root. The work root must be in one.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "taskexec-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // start prepares and starts id.
@@ -106,11 +124,11 @@ func TestEnvAndWorkingDir(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	lines := strings.Split(strings.TrimSpace(r.Report.OutputTail), "\n")
-	if want := filepath.Join(d.TaskDir("task-env-3"), "work"); lines[0] != want {
+	if want := d.WorkDir("task-env-3"); lines[0] != want {
 		t.Errorf("working dir %q, want the fresh %q", lines[0], want)
 	}
 	env := lines[1:]
-	for _, kv := range []string{"FOO=bar baz", "DROVER_TASK_NAME=override", "DROVER_TASK_NAMESPACE=ns1", "DROVER_TASK_ATTEMPT=3", "HOME=" + os.Getenv("HOME")} {
+	for _, kv := range []string{"FOO=bar baz", "DROVER_TASK_NAME=override", "DROVER_TASK_NAMESPACE=ns1", "DROVER_TASK_ATTEMPT=3", "HOME=" + d.WorkDir("task-env-3")} {
 		if !slices.Contains(env, kv) {
 			t.Errorf("env lacks %q: %q", kv, env)
 		}
@@ -124,7 +142,7 @@ func TestEnvAndWorkingDir(t *testing.T) {
 		}
 	}
 
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	spec = &taskwire.Spec{Command: []string{"pwd"}, WorkingDir: dir}
 	if r := run(t, d, "task-dir-1", spec); r.Report.OutputTail != dir+"\n" {
 		t.Errorf("working dir %q, want the spec's %q", r.Report.OutputTail, dir)
@@ -256,11 +274,23 @@ func TestRotation(t *testing.T) {
 	// Write 100 KiB, wait for the monitor to rotate, then write the end.
 	// The rotation is over once the file was truncated, not when .1
 	// appears: an END written between the two would be truncated away. The
-	// loop's bound (testTimeout) only keeps a failing test from leaving it
-	// running.
+	// task cannot see its logs (they are the agent's), so the test tells
+	// it to go on with a file in its dir. The loop's bound (testTimeout)
+	// only keeps a failing test from leaving it running.
 	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; ` +
-		`while { [ ! -e "$LOG.1" ] || [ "$(wc -c <"$LOG")" -ge 102400 ]; } && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
-	r := run(t, d, "task-rot-1", &taskwire.Spec{Command: []string{"sh", "-c", script}, Env: []string{"LOG=" + log}})
+		`while [ ! -e go ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
+	p := start(t, d, "task-rot-1", &taskwire.Spec{Command: []string{"sh", "-c", script}})
+	testkit.Eventually(t, testTimeout, func() string {
+		fi, err := os.Stat(log)
+		if _, err1 := os.Stat(log + ".1"); err1 != nil || err != nil || fi.Size() >= 102400 {
+			return "stdout.log has not been rotated"
+		}
+		return ""
+	})
+	if err := os.WriteFile(filepath.Join(d.WorkDir("task-rot-1"), "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := wait(t, p)
 	if r.Phase != taskwire.PhaseSucceeded {
 		t.Fatalf("result %+v", r)
 	}
@@ -339,7 +369,7 @@ func TestArtifacts(t *testing.T) {
 		if r.Phase != taskwire.PhaseSucceeded || r.Report.OutputTail != "tool ran with x y\n" {
 			t.Fatalf("result %+v", r)
 		}
-		fi, err := os.Stat(filepath.Join(d.TaskDir("task-art-1"), "work", "bin", "tool"))
+		fi, err := os.Stat(filepath.Join(d.WorkDir("task-art-1"), "bin", "tool"))
 		if err != nil || fi.Mode().Perm() != 0o755 {
 			t.Errorf("artifact %v, %v; want mode 0755", fi, err)
 		}
@@ -361,7 +391,7 @@ func TestArtifacts(t *testing.T) {
 			if !errors.As(err, &e) || e.Reason != tt.reason || !strings.Contains(err.Error(), tt.say) {
 				t.Fatalf("Prepare = %v, want a %s error saying %q", err, tt.reason, tt.say)
 			}
-			if _, err := os.Stat(filepath.Join(d.TaskDir(tt.id), "work", "tool")); err == nil {
+			if _, err := os.Stat(filepath.Join(d.WorkDir(tt.id), "tool")); err == nil {
 				t.Error("the refused artifact was written")
 			}
 		})
@@ -476,7 +506,7 @@ func TestAdopt(t *testing.T) {
 		if !p.Detach() {
 			t.Fatal("Detach: the task already ended")
 		}
-		d2 := newDriver(t, Options{StateDir: d.opts.StateDir})
+		d2 := newDriver(t, Options{StateDir: d.opts.StateDir, WorkDir: d.opts.WorkDir})
 		r := wait(t, d2.Adopt("task-adopt-5", &taskwire.Spec{Command: []string{"sh"}}, p.Info()))
 		if r.Phase != taskwire.PhaseFailed || r.Reason != taskwire.ReasonExitCode || exitCode(r) != "7" || r.Report.OutputTail != "bye\n" {
 			t.Errorf("result %+v, want Failed/ExitCode 7 with its output", r)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
@@ -16,7 +17,12 @@ func Example() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	d, err := taskexec.New(taskexec.Options{StateDir: dir})
+	// The task runs as nobody (when this runs as root): it must reach the
+	// work dir, while the state dir is the agent's alone.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
+	d, err := taskexec.New(taskexec.Options{StateDir: filepath.Join(dir, "state"), WorkDir: filepath.Join(dir, "work")})
 	if err != nil {
 		panic(err)
 	}

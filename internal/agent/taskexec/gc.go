@@ -107,6 +107,16 @@ func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 		expired []Removed
 		errs    []error
 	)
+	// Attempt dirs whose removal was cut short (their task dir may be gone).
+	if work, err := os.ReadDir(d.opts.WorkDir); err == nil {
+		for _, e := range work {
+			if strings.HasPrefix(e.Name(), gcPrefix) {
+				if err := os.RemoveAll(filepath.Join(d.opts.WorkDir, e.Name())); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
 	for _, e := range entries {
 		name := e.Name()
 		if !e.IsDir() {
@@ -145,11 +155,12 @@ func (d *Driver) GC(ctx context.Context) ([]Removed, error) {
 	return removed, errors.Join(errs...)
 }
 
-// remove removes the dir of attempt id unless it is busy (or the driver is
-// closed, and its processes unwatched). It reports whether it did.
+// remove removes the dirs of attempt id (its logs' and its own) unless it
+// is busy (or the driver is closed, and its processes unwatched). It
+// reports whether it did.
 func (d *Driver) remove(id string) (bool, error) {
-	dir := d.TaskDir(id)
-	tmp := filepath.Join(filepath.Dir(dir), gcPrefix+id)
+	dir, work := d.TaskDir(id), d.WorkDir(id)
+	tmp, workTmp := filepath.Join(filepath.Dir(dir), gcPrefix+id), filepath.Join(d.opts.WorkDir, gcPrefix+id)
 	d.mu.Lock()
 	if d.closed || d.busy(id) {
 		d.mu.Unlock()
@@ -161,14 +172,22 @@ func (d *Driver) remove(id string) (bool, error) {
 		d.mu.Unlock()
 		return false, nil
 	}
-	err := os.Rename(dir, tmp)
+	// The attempt's own dir first: while the task dir stays, its mark
+	// brings the next pass back to finish.
+	err := os.Rename(work, workTmp)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	if err == nil {
+		err = os.Rename(dir, tmp)
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return false, fmt.Errorf("remove task dir %s: %w", dir, err)
 	}
 	// Out of the lock: a big working dir takes a while.
-	if err := os.RemoveAll(tmp); err != nil {
-		return true, fmt.Errorf("remove task dir %s: %w", dir, err)
+	if err := errors.Join(os.RemoveAll(workTmp), os.RemoveAll(tmp)); err != nil {
+		return true, fmt.Errorf("remove the dirs of task %s: %w", id, err)
 	}
 	return true, nil
 }

@@ -89,12 +89,18 @@ func TestGC(t *testing.T) {
 			if got := exists(t, d.TaskDir(id)); got != kept {
 				t.Errorf("%s: dir of %s exists = %v, want %v", when, id, got, kept)
 			}
+			if id == "task-unmarked-1" {
+				continue // made by hand, without an attempt dir
+			}
+			if got := exists(t, d.WorkDir(id)); got != kept {
+				t.Errorf("%s: the attempt dir of %s exists = %v, want %v (it goes with the task dir)", when, id, got, kept)
+			}
 		}
 	}
 
 	// Ended at t0: the retention period is over at t0+1h.
 	run(t, d, "task-old-1", &taskwire.Spec{Command: []string{"true"}})
-	ownWork := t.TempDir()
+	ownWork := filepath.Join(sharedDir(t), "own") // made for the task, and given to it
 	run(t, d, "task-own-wd-1", &taskwire.Spec{Command: []string{"touch", "kept"}, WorkingDir: ownWork})
 	if _, err := d.Prepare(context.Background(), "task-noart-1", &taskwire.Spec{Command: []string{"true"},
 		Artifacts: []taskwire.Artifact{{URL: srv.URL + "/x", SHA256: strings.Repeat("0", 64), Path: "x"}}}); err == nil {

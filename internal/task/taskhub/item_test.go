@@ -28,3 +28,28 @@ func TestItemResources(t *testing.T) {
 		t.Errorf("spec memory %d, cpu %dm; want %d, 1500m", spec.MemoryBytes, spec.CPUMillis, 256<<20)
 	}
 }
+
+// A task's securityContext and relative workingDir reach the agent.
+func TestItemRunAs(t *testing.T) {
+	uid, gid := int64(1234), int64(4321)
+	task := &batchv1.Task{Spec: batchv1.TaskSpec{Command: []string{"true"}, WorkingDir: "build/out",
+		SecurityContext: &batchv1.TaskSecurityContext{RunAsUser: &uid, RunAsGroup: &gid}}}
+	item, err := Item(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := taskwire.DecodeSpec(item.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.RunAsUser == nil || *spec.RunAsUser != uid || spec.RunAsGroup == nil || *spec.RunAsGroup != gid || spec.WorkingDir != "build/out" {
+		t.Errorf("spec runAs %v:%v, workingDir %q; want 1234:4321, build/out", spec.RunAsUser, spec.RunAsGroup, spec.WorkingDir)
+	}
+	task.Spec.SecurityContext = nil
+	if item, err = Item(task); err != nil {
+		t.Fatal(err)
+	}
+	if spec, err = taskwire.DecodeSpec(item.Spec); err != nil || spec.RunsAs() {
+		t.Errorf("without a securityContext: %+v, %v; want no runAs", spec, err)
+	}
+}

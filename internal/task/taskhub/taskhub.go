@@ -383,6 +383,9 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 		Namespace: t.Namespace, Name: t.Name, Attempt: t.Status.Attempt,
 		Command: t.Spec.Command, WorkingDir: t.Spec.WorkingDir,
 	}
+	if sc := t.Spec.SecurityContext; sc != nil {
+		s.RunAsUser, s.RunAsGroup = sc.RunAsUser, sc.RunAsGroup
+	}
 	for _, e := range t.Spec.Env {
 		s.Env = append(s.Env, e.Name+"="+e.Value)
 	}

@@ -49,6 +49,16 @@ func ParseWorkID(id string) (uid string, attempt int32, ok bool) {
 	return rest[:i], int32(n), true
 }
 
+// FeatureRunAs is the protocol feature (agentv1 GetMessageRequest.features)
+// an agent names when it runs tasks as Spec.RunAsUser/RunAsGroup (or its
+// unprivileged task user) and understands a relative Spec.WorkingDir. An
+// agent that does not name it runs every task as its own user.
+const FeatureRunAs = "task-run-as"
+
+// MaxID is the largest uid or gid a spec may ask for (the API's bound;
+// 4294967295 is (uid_t)-1, "no change", to the kernel).
+const MaxID = 4294967294
+
 // Phases of a task's work status.
 const (
 	// PhaseRunning: the process started (Report.PID, Report.StartTime set).
@@ -79,6 +89,10 @@ const (
 	// itself (drover-agent --stop-tasks-on-exit, as `drover up`'s local
 	// agents run).
 	ReasonAgentStopped = "AgentStopped"
+	// ReasonRunAs: the agent refused the user or group the attempt asks
+	// to run as (root without --allow-root-tasks, or any other user when
+	// the agent is not root and cannot switch).
+	ReasonRunAs = "RunAsRefused"
 )
 
 // Exit codes of a process ended by a signal, as a shell reports them.
@@ -104,8 +118,19 @@ type Spec struct {
 	Command   []string `json:"command"`
 	// Env is NAME=value pairs, added to a minimal environment.
 	Env []string `json:"env,omitempty"`
-	// WorkingDir is absolute; empty means a fresh directory for the attempt.
-	WorkingDir string     `json:"workingDir,omitempty"`
+	// WorkingDir is where the process starts. Empty: the attempt's own
+	// fresh directory. Relative: a directory inside that one (created; no
+	// ".." segment, and the agent refuses a symlink that leaves it).
+	// Absolute: that directory on the node, as it is.
+	WorkingDir string `json:"workingDir,omitempty"`
+	// RunAsUser and RunAsGroup are the uid and gid the process runs as (a
+	// Task's securityContext), with no supplementary groups. Unset user: the
+	// agent's task user (drover-agent --task-user); unset group: RunAsUser
+	// when that is set, else the task user's group. An agent refuses uid 0
+	// unless started with --allow-root-tasks. An agent older than
+	// FeatureRunAs ignores both fields (see docs/contracts/agent-protocol.md).
+	RunAsUser  *int64     `json:"runAsUser,omitempty"`
+	RunAsGroup *int64     `json:"runAsGroup,omitempty"`
 	Artifacts  []Artifact `json:"artifacts,omitempty"`
 	// TimeoutSeconds of the attempt; 0 means none.
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
@@ -179,8 +204,16 @@ func (s *Spec) Validate() error {
 			return bad("env[%d] must be NAME=value with NAME of [A-Za-z0-9_]", i)
 		}
 	}
-	if s.WorkingDir != "" && (!path.IsAbs(s.WorkingDir) || len(s.WorkingDir) > MaxPathBytes || strings.ContainsAny(s.WorkingDir, "\x00\n")) {
-		return bad("workingDir %q must be an absolute path", s.WorkingDir)
+	if err := checkWorkingDir(s.WorkingDir); err != nil {
+		return bad("%v", err)
+	}
+	for _, id := range []struct {
+		name string
+		v    *int64
+	}{{"runAsUser", s.RunAsUser}, {"runAsGroup", s.RunAsGroup}} {
+		if id.v != nil && (*id.v < 0 || *id.v > MaxID) {
+			return bad("%s %d is not a uid or gid from 0 to %d", id.name, *id.v, MaxID)
+		}
 	}
 	if len(s.Artifacts) > MaxArtifacts {
 		return bad("%d artifacts, more than %d", len(s.Artifacts), MaxArtifacts)
@@ -204,6 +237,30 @@ func (s *Spec) Validate() error {
 	}
 	return nil
 }
+
+// checkWorkingDir accepts an absolute path, or a relative one that stays
+// inside the attempt's dir: no ".." segment (a symlink is the agent's to
+// refuse, when it creates the dir).
+func checkWorkingDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if len(dir) > MaxPathBytes || strings.ContainsAny(dir, "\x00\n") {
+		return fmt.Errorf("workingDir is over %d bytes or holds a NUL or newline", MaxPathBytes)
+	}
+	if path.IsAbs(dir) {
+		return nil
+	}
+	for seg := range strings.SplitSeq(dir, "/") {
+		if seg == ".." {
+			return fmt.Errorf("workingDir %q must be absolute, or relative without '..' (it stays inside the attempt's dir)", dir)
+		}
+	}
+	return nil
+}
+
+// RunsAs reports whether s names a user or group to run as.
+func (s *Spec) RunsAs() bool { return s.RunAsUser != nil || s.RunAsGroup != nil }
 
 // Encode returns the JSON of s.
 func (s *Spec) Encode() ([]byte, error) { return json.Marshal(s) }

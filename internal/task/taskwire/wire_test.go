@@ -31,7 +31,15 @@ func TestValidate(t *testing.T) {
 		{"NUL in arg", func(s *Spec) { s.Command = []string{"a", "b\x00c"} }, "NUL"},
 		{"bad env", func(s *Spec) { s.Env = []string{"A;B=1"} }, "env[0]"},
 		{"env without =", func(s *Spec) { s.Env = []string{"A"} }, "env[0]"},
-		{"relative dir", func(s *Spec) { s.WorkingDir = "tmp" }, "absolute"},
+		{"relative dir", func(s *Spec) { s.WorkingDir = "tmp/out" }, ""},
+		{"absolute dir", func(s *Spec) { s.WorkingDir = "/srv/data" }, ""},
+		{"climbing dir", func(s *Spec) { s.WorkingDir = "a/../../etc" }, "'..'"},
+		{"parent dir", func(s *Spec) { s.WorkingDir = ".." }, "'..'"},
+		{"newline in dir", func(s *Spec) { s.WorkingDir = "a\nb" }, "newline"},
+		{"NUL in dir", func(s *Spec) { s.WorkingDir = "/a\x00b" }, "NUL"},
+		{"run as", func(s *Spec) { s.RunAsUser, s.RunAsGroup = ptr(int64(1234)), ptr(int64(0)) }, ""},
+		{"negative uid", func(s *Spec) { s.RunAsUser = ptr(int64(-1)) }, "runAsUser"},
+		{"gid too large", func(s *Spec) { s.RunAsGroup = ptr(int64(MaxID + 1)) }, "runAsGroup"},
 		{"climbing artifact", func(s *Spec) { s.Artifacts = []Artifact{{URL: "https://x/a", SHA256: d, Path: "../a"}} }, "relative"},
 		{"artifact url", func(s *Spec) { s.Artifacts = []Artifact{{URL: "file:///etc/passwd", SHA256: d, Path: "a"}} }, "url"},
 		{"negative timeout", func(s *Spec) { s.TimeoutSeconds = -1 }, "positive"},
@@ -64,3 +72,5 @@ func TestReportTail(t *testing.T) {
 		t.Errorf("tail is %d bytes ending %q", len(got.OutputTail), got.OutputTail[len(got.OutputTail)-3:])
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
