@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -93,6 +96,10 @@ func (o *upOptions) Run(ctx context.Context) error {
 		if err := bootstrap.Create(ctx, info.Client, o.server.comp.namespace, tok); err != nil {
 			return err
 		}
+		workRoot, err := upWorkRoot(o.server.dataDir)
+		if err != nil {
+			return err
+		}
 		names := make([]string, 0, o.agents)
 		for i := 1; i <= o.agents; i++ {
 			name := o.namePrefix + "-" + strconv.Itoa(i)
@@ -109,6 +116,9 @@ func (o *upOptions) Run(ctx context.Context) error {
 				"--state-dir", dir, "--labels", "drover.io/local=true",
 				// Ctrl-C on `drover up` stops everything it started.
 				"--stop-tasks-on-exit"}
+			if workRoot != "" {
+				args = append(args, "--work-dir", filepath.Join(workRoot, name))
+			}
 			if o.transport == "mqtt" {
 				args = append(args, "--transport", "mqtt", "--mqtt-broker", info.MQTT, "--mqtt-prefix", o.server.comp.mqtt.prefix)
 			}
@@ -233,4 +243,36 @@ func (o *upOptions) findAgentBinary(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("build drover-agent: %w\n%s", err, b)
 	}
 	return out, nil
+}
+
+// upWorkRoot is where the local agents keep their tasks' dirs when they
+// run as root, and so run tasks as nobody: outside the data dir, which is
+// 0700 (it holds the control plane's PKI and admin kubeconfig) and may
+// sit in a home dir nobody can traverse. "" when not root: tasks then run
+// as the agents' own user, who reaches the default under the data dir.
+func upWorkRoot(dataDir string) (string, error) {
+	if os.Geteuid() != 0 {
+		return "", nil
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	root := filepath.Join(os.TempDir(), "drover-up-work-"+hex.EncodeToString(sum[:6]))
+	if err := os.Mkdir(root, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("create the local agents' work dir: %w", err)
+	}
+	// In a shared /tmp someone may have made it first, or a symlink.
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return "", err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || !ok || st.Uid != 0 {
+		return "", fmt.Errorf("%s is not a directory root owns: remove it, or run drover up with another --data-dir", root)
+	}
+	if err := os.Chmod(root, 0o711); err != nil {
+		return "", err
+	}
+	return root, nil
 }

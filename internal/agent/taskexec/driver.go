@@ -302,9 +302,14 @@ func (d *Driver) setupDirs() error {
 		if err := os.MkdirAll(dir.path, dir.mode); err != nil {
 			return fmt.Errorf("taskexec: create %s: %w", dir.path, err)
 		}
-		fi, err := os.Stat(dir.path)
+		fi, err := os.Lstat(dir.path)
 		if err != nil {
 			return fmt.Errorf("taskexec: %w", err)
+		}
+		// A root someone else owns (or a symlink to one, say in /tmp)
+		// would let them swap or read what the agent hands its tasks.
+		if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
+			return fmt.Errorf("taskexec: %s must be a directory the agent's user owns (uid %d), not a symlink or another user's: choose another --work-dir or --state-dir", dir.path, os.Geteuid())
 		}
 		if fi.Mode().Perm() != dir.mode {
 			if err := os.Chmod(dir.path, dir.mode); err != nil {
