@@ -312,8 +312,18 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err := os.WriteFile(caFile, caSecret.Data[corev1.TLSCertKey], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The task runs as nobody: its dir must be reachable, unlike the
+	// test's own 0700 temp dir.
+	work, err := os.MkdirTemp("", "drover-rbac-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	if err := os.Chmod(work, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	start(t, "drover-agent", agent, "--node", "rbac-node", "--hub", addr, "--token", tok.String(), "--ca-file", caFile,
-		"--state-dir", filepath.Join(dir, "agent"), "--labels", "kind=rbac", "--heartbeat-interval", "1s")
+		"--state-dir", filepath.Join(dir, "agent"), "--work-dir", filepath.Join(work, "agent"), "--labels", "kind=rbac", "--heartbeat-interval", "1s")
 
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}}); err != nil {
 		t.Fatal(err)
