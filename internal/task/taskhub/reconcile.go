@@ -33,6 +33,15 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if t.DeletionTimestamp != nil {
 		return d.cleanup(ctx, &t)
 	}
+	if t.Status.State.Final() && controllerutil.ContainsFinalizer(&t, FinalizerCleanup) {
+		// The finalizer's write raced the attempt's end and landed first
+		// (it is made beside the status writes): nothing is left to stop,
+		// and an ended task must not hold its deletion or show a cleanup
+		// it does not need.
+		if _, err := d.release(ctx, &t, "the attempt had ended"); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	h := d.getHub()
 	if h == nil || !d.synced.Load() {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -213,7 +222,7 @@ func (d *Dispatcher) release(ctx context.Context, t *batchv1.Task, why string) (
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	d.log.Info("deleted task released", "task", client.ObjectKeyFromObject(t), "why", why)
+	d.log.Info("task finalizer released", "task", client.ObjectKeyFromObject(t), "why", why)
 	d.event(t, corev1.EventTypeNormal, ReasonCleanedUp, "Cleanup", "%s", why)
 	d.forget(client.ObjectKeyFromObject(t))
 	return reconcile.Result{}, nil
