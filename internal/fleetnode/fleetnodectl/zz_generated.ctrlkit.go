@@ -67,11 +67,11 @@ func NewFleetNodeManager(state FleetNodeManagerState, impl FleetNodeManagerImpl,
 // Approve the reports of a node approved by hand, and carry the
 // approved labels into metadata.labels; patch the node if it changed.
 func (m *FleetNodeManager) UpdateNode() ctrlkit.Action {
-	return ctrlkit.NewAction("UpdateNode", func(ctx context.Context) (reconcile.Result, error) {
+	return ctrlkit.Observe(ctrlkit.NewAction("UpdateNode", func(ctx context.Context) (reconcile.Result, error) {
 		logger := logr.FromContextOrDiscard(ctx).WithValues("action", "UpdateNode")
 		ctx = logr.NewContext(ctx, logger)
 		return m.impl.UpdateNode(ctx, logger)
-	})
+	}), m.hooks)
 }
 
 // UpdateStatus returns the action that runs
