@@ -32,6 +32,7 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
+	"github.com/drover-fleet/drover/internal/tokencache"
 )
 
 // Options configure a Hub. Zero values are replaced by the documented defaults.
@@ -242,7 +243,7 @@ type Hub struct {
 	logReqs map[string]*logRequest
 
 	// reviews caches TokenReview answers for the operator API.
-	reviews *tokenCache
+	reviews *tokencache.Cache[*user]
 }
 
 // New validates opts and returns a Hub that is not running yet, attached
@@ -279,7 +280,7 @@ func New(opts Options) (*Hub, error) {
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
-		reviews:  newTokenCache(),
+		reviews:  tokencache.New[*user](),
 		wasReady: map[string]metav1.Condition{},
 		tokens: bootstrap.NewVerifier(bootstrap.VerifierOptions{Cached: opts.Client, Live: liveReader,
 			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),
