@@ -167,7 +167,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "update", ops, "nodeupgradejobs/status", "", "", false},
 			{hubSA, "delete", ops, "nodetaskslices", "", "", false},
 			{hubSA, "get", "", "secrets", "default", "regcred", false}, // until bound per namespace
-			{hubSA, "get", "", "secrets", ns, "drover-ca", false},     // the signer holds the CA key
+			{hubSA, "get", "", "secrets", ns, "drover-ca", false},      // the signer holds the CA key
 			{hubSA, "list", "", "secrets", ns, "", false},              // nor bootstrap tokens
 			{hubSA, "create", "", "secrets", ns, "", false},
 			{hubSA, "update", "", "configmaps", ns, "drover-ca-bundle", false},
