@@ -25,10 +25,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/bootstrap"
@@ -56,7 +60,8 @@ func TestMain(m *testing.M) {
 	testkit.VerifyNoLeaksAfter(m, stop)
 }
 
-// fixture is one test's namespace, its running signer, and its logs.
+// fixture is one test's namespace, its running signer (in a manager, with
+// its cache), and its logs.
 type fixture struct {
 	t    testing.TB
 	ns   string
@@ -73,13 +78,27 @@ func newFixture(t testing.TB, ns string) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, ns: ns, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	svc, err := signer.New(signer.Options{Client: e.Client, Namespace: ns, BindAddress: "127.0.0.1:0", Hosts: []string{"127.0.0.1"},
-		CertificateValidity: time.Hour, Logger: f.log})
+	// As the manager runs it: reads from an informer cache, as
+	// restricted as `drover manager`'s.
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: manager.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}}},
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{ns: {}},
+				Field: fields.OneTermEqualSelector("metadata.name", hub.RevokedKeysName)},
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc, err := signer.New(signer.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
+		Namespace: ns, BindAddress: "127.0.0.1:0", Hosts: []string{"127.0.0.1"}, CertificateValidity: time.Hour, Logger: f.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Add(svc); err != nil {
+		t.Fatal(err)
+	}
 	f.svc = svc
-	f.run("signer", svc.Start)
+	f.run("manager", mgr.Start)
 	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
 	defer cancel()
 	a, err := svc.Addr(wctx)
