@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -147,8 +148,8 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "create", "authentication.k8s.io", "tokenreviews", "", "", true},
 			{hubSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
 			{hubSA, "get", "", "configmaps", "kube-system", "extension-apiserver-authentication", true},
-			{hubSA, "get", "", "secrets", ns, "drover-ca", true},
-			{hubSA, "create", "", "secrets", ns, "", true},
+			{hubSA, "create", fleet, "fleetnodes/certificate", "", "", true}, // asks the manager's signer
+			{hubSA, "get", "", "configmaps", ns, "drover-ca-bundle", true},
 			{hubSA, "watch", "", "configmaps", ns, "drover-revoked-keys", true},
 			{hubSA, "update", "", "configmaps", ns, "drover-revoked-keys", true},
 			{hubSA, "update", "", "configmaps", ns, "kube-root-ca.crt", false},
@@ -166,6 +167,10 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "update", ops, "nodeupgradejobs/status", "", "", false},
 			{hubSA, "delete", ops, "nodetaskslices", "", "", false},
 			{hubSA, "get", "", "secrets", "default", "regcred", false}, // until bound per namespace
+			{hubSA, "get", "", "secrets", ns, "drover-ca", false},      // the signer holds the CA key
+			{hubSA, "list", "", "secrets", ns, "", false},              // nor bootstrap tokens
+			{hubSA, "create", "", "secrets", ns, "", false},
+			{hubSA, "update", "", "configmaps", ns, "drover-ca-bundle", false},
 			{hubSA, "list", "", "secrets", "kube-system", "", false},
 			{hubSA, "get", "", "configmaps", "kube-system", "kubeadm-config", false},
 			{hubSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-scheduler", false},
@@ -194,18 +199,23 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", true},
 			{managerSA, "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "drover-tenancy", true},
 			{managerSA, "get", "", "secrets", ns, "drover-webhook-tls", true},
+			{managerSA, "get", "", "secrets", ns, "drover-ca", true}, // the signer
+			{managerSA, "watch", "", "secrets", ns, "", true},        // bootstrap tokens, cached
+			{managerSA, "create", "authentication.k8s.io", "tokenreviews", "", "", true},
+			{managerSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
+			{managerSA, "update", "", "configmaps", ns, "drover-ca-bundle", true},
+			{managerSA, "watch", "", "configmaps", ns, "drover-revoked-keys", true},
 			{managerSA, "update", "", "secrets", ns, "drover-webhook-tls", true},
 			// The manager: what it must not do.
 			{managerSA, "delete", batch, "fleetjobs", "team-a", "", false},
 			{managerSA, "patch", batch, "tasks", "team-a", "", false}, // the hub's finalizer
 			{managerSA, "create", fleet, "fleetnodes", "", "", false},
-			{managerSA, "get", "", "secrets", ns, "drover-ca", false},
-			{managerSA, "update", "", "secrets", ns, "drover-ca", false},
-			{managerSA, "list", "", "secrets", ns, "", false},
+			{managerSA, "update", "", "secrets", ns, "drover-ca", false}, // rotating it is an operator's call
+			{managerSA, "list", "", "secrets", "kube-system", "", false},
+			{managerSA, "update", "", "configmaps", ns, "drover-revoked-keys", false},
 			{managerSA, "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "other", false},
 			{managerSA, "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "drover-tenancy", false},
 			{managerSA, "create", fleet, "nodegrants", "", "", false},
-			{managerSA, "create", "authentication.k8s.io", "tokenreviews", "", "", false},
 			{managerSA, "create", "", "namespaces", "", "", false},
 			{managerSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
 			// A person bound to drover-task-log-reader in team-a.
@@ -289,10 +299,13 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	}
 
 	mgr := start(t, "drover manager", drover, "--kubeconfig", kubeconfig(ns, "drover-manager"), "manager",
-		"--metrics-bind-address", "0", "--leader-elect", "--webhook-bind-address", "127.0.0.1:0")
+		"--metrics-bind-address", "0", "--leader-elect", "--webhook-bind-address", "127.0.0.1:0",
+		"--signer-bind-address", "127.0.0.1:0")
+	signerAddr := mgr.waitLine(t, regexp.MustCompile(`ready signer=(\S+)`), runTimeout)[1]
+	// The embedded MQTT broker too: its certificates come from the signer.
 	hub := start(t, "drover hub", drover, "--kubeconfig", kubeconfig(ns, "drover-hub"), "hub",
-		"--hub-name", "rbac", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "", "--metrics-bind-address", "0",
-		"--heartbeat-interval", "1s", "--offline-timeout", "20s")
+		"--hub-name", "rbac", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--metrics-bind-address", "0",
+		"--heartbeat-interval", "1s", "--offline-timeout", "20s", "--signer", signerAddr)
 	addr := hub.waitLine(t, regexp.MustCompile(`ready hub=(\S+)`), runTimeout)[1]
 
 	// An agent registers through the hub with an auto-approve token.
@@ -306,7 +319,7 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	}
 	var caSecret corev1.Secret
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "drover-ca"}, &caSecret); err != nil {
-		t.Fatalf("the hub did not create Drover's CA: %v", err)
+		t.Fatalf("the manager's signer did not create Drover's CA: %v", err)
 	}
 	caFile := filepath.Join(dir, "drover-ca.crt")
 	if err := os.WriteFile(caFile, caSecret.Data[corev1.TLSCertKey], 0o600); err != nil {
@@ -455,6 +468,10 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The hub holds no CA key and reads no token; registration and
+	// renewal go through the manager's signer.
+	checkHubHoldsNoCA(t, asHub)
+	registerAndRenew(t, addr, pool(t, caSecret.Data[corev1.TLSCertKey]), tok.String(), "rbac-renewed")
 	patchNode := func(p string) error {
 		n := &fleetv1.FleetNode{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node"}}
 		return asHub.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(p)))
@@ -572,4 +589,13 @@ func grep(s string, re *regexp.Regexp) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func pool(t *testing.T, pemCerts []byte) *x509.CertPool {
+	t.Helper()
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(pemCerts) {
+		t.Fatal("no CA certificate")
+	}
+	return p
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hubsetup"
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/signer"
 	"github.com/drover-fleet/drover/internal/tenancy/tenancyadmit"
 )
 
@@ -54,6 +57,39 @@ type componentOptions struct {
 	gates            featuregate.MutableFeatureGate
 	mqtt             mqttOptions
 	webhook          webhookOptions
+	signer           signerOptions
+}
+
+// signerOptions are the signer's flags: where the manager serves it, and
+// where a hub finds it.
+type signerOptions struct {
+	bind  string
+	hosts []string
+	addr  string
+}
+
+func (s *signerOptions) addServeFlags(fs *pflag.FlagSet, defaultBind string) {
+	fs.StringVar(&s.bind, "signer-bind-address", defaultBind, "address the signer (Drover's CA: hubs' certificates, bootstrap tokens) listens on over TLS for hubs (drover hub --signer); port 0 picks a free one; 0 serves no remote hubs")
+	fs.StringSliceVar(&s.hosts, "signer-hosts", nil, "names and IPs of the signer's serving certificate, as hubs reach it (default: 127.0.0.1, localhost, host name)")
+}
+
+func (s *signerOptions) addClientFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&s.addr, "signer", "", "host:port of the manager's signer (its --signer-bind-address), which signs certificates and checks bootstrap tokens for this hub, "+
+		"so that the hub needs no Secret access. Empty: the hub signs with the CA Secret itself (it needs to read Secrets in --namespace)")
+}
+
+func (s *signerOptions) validate() error {
+	if s.bind != "" && s.bind != "0" {
+		if _, _, err := net.SplitHostPort(s.bind); err != nil {
+			return fmt.Errorf("--signer-bind-address %q: %w", s.bind, err)
+		}
+	}
+	if s.addr != "" {
+		if _, _, err := net.SplitHostPort(s.addr); err != nil {
+			return fmt.Errorf("--signer %q: want host:port: %w", s.addr, err)
+		}
+	}
+	return nil
 }
 
 // webhookOptions are the tenancy webhook's flags (`drover manager` and
@@ -117,6 +153,7 @@ func (c *componentOptions) addManagerFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", "Go pprof address for profiling (empty disables)")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", "0", "address of /healthz and /readyz for liveness and readiness probes, e.g. :8081; 0 disables")
 	fs.DurationVar(&c.offlineTimeout, "offline-timeout", 5*time.Minute, "a node silent this long is Offline")
+	fs.DurationVar(&c.certValidity, "certificate-validity", hub.DefaultCertificateValidity, "validity of the node certificates the signer signs; agents renew theirs after two thirds of it")
 	c.gates = features.New()
 	fs.Var(features.Flag{Gate: c.gates}, "feature-gates", "comma-separated name=bool pairs (a bare name means true). Known: "+strings.Join(c.gates.KnownFeatures(), "; "))
 }
@@ -129,11 +166,16 @@ func (c *componentOptions) addHubFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.heartbeatRefresh, "heartbeat-refresh", 10*time.Minute, "how often a live node's coarse lastHeartbeatTime is written")
 	fs.Float64Var(&c.registerRate, "register-rate", 500, "Register calls per second the hub accepts from all sources (burst: twice that); negative: no limit")
 	fs.Float64Var(&c.registerRateSrc, "register-rate-per-source", 20, "Register calls per second the hub accepts from one IPv4 address or IPv6 /64 (burst: 50 at the default, else twice the rate); negative: no limit")
-	fs.DurationVar(&c.certValidity, "certificate-validity", hub.DefaultCertificateValidity, "validity of the node certificates the hub signs; agents renew theirs after two thirds of it")
 	c.mqtt.addFlags(fs)
 }
 
 func (c *componentOptions) validate(withHub bool) error {
+	if err := c.signer.validate(); err != nil {
+		return err
+	}
+	if c.certValidity != 0 && c.certValidity < 10*time.Minute {
+		return fmt.Errorf("--certificate-validity %v: want at least 10m (agents renew after two thirds of it, and may renew once a minute)", c.certValidity)
+	}
 	if c.webhook.bind != "" {
 		if err := c.webhook.validate(); err != nil {
 			return err
@@ -149,9 +191,6 @@ func (c *componentOptions) validate(withHub bool) error {
 		if _, _, err := net.SplitHostPort(c.hubListen); err != nil {
 			return fmt.Errorf("--hub-listen %q: %w", c.hubListen, err)
 		}
-		if c.certValidity < 10*time.Minute {
-			return fmt.Errorf("--certificate-validity %v: want at least 10m (agents renew after two thirds of it, and may renew once a minute)", c.certValidity)
-		}
 		if err := c.mqtt.validate(); err != nil {
 			return err
 		}
@@ -165,6 +204,7 @@ type running struct {
 	admission *tenancyadmit.Server // nil when the webhook is off
 	hub       *hub.Hub
 	mqtt      *mqttbridge.Bridge // nil when MQTT is off
+	signer    *signer.Service    // nil without the manager
 }
 
 // newComponents builds a controller-runtime manager holding the manager's
@@ -216,8 +256,25 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			return nil, err
 		}
 		r.admission = parts.Admission
+		bind := c.signer.bind
+		if bind == "0" {
+			bind = ""
+		}
+		r.signer, err = signer.New(signer.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
+			Namespace: c.namespace, BindAddress: bind, Hosts: c.signer.hosts, CertificateValidity: c.certValidity,
+			Logger: log.With("component", "signer"), Registerer: metrics.Registry})
+		if err == nil {
+			err = mgr.Add(r.signer)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("set up the signer: %w", err)
+		}
 	}
 	if withHub {
+		hubSigner, err := c.hubSigner(cfg, mgr, r.signer, log)
+		if err != nil {
+			return nil, err
+		}
 		h, err := hubsetup.Setup(mgr, hubsetup.Options{
 			Hub: hub.Options{
 				Name:              c.hubName,
@@ -231,6 +288,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 				// Per source, as a NAT address may hold many agents.
 				RegisterRatePerSource: c.registerRateSrc,
 				CertificateValidity:   c.certValidity,
+				Signer:                hubSigner,
 				Logger:                log,
 				Registerer:            metrics.Registry,
 			},
@@ -244,6 +302,57 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		r.hub, r.mqtt = h.Hub, h.MQTT
 	}
 	return r, nil
+}
+
+// hubSigner is the signer of the hub: the manager's in this process, or
+// the one --signer names; nil (the hub signs with the CA Secret) without.
+func (c *componentOptions) hubSigner(cfg *rest.Config, mgr ctrl.Manager, local *signer.Service, log *slog.Logger) (hub.Signer, error) {
+	switch {
+	case local != nil:
+		return local.Local(), nil
+	case c.signer.addr == "":
+		log.Warn("no --signer: this hub signs with Drover's CA Secret itself and reads bootstrap tokens; " +
+			"give --signer (the manager's --signer-bind-address) so that hubs hold no CA key")
+		return nil, nil
+	}
+	tokens, err := signer.TokenSource(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--signer: %w", err)
+	}
+	name := c.hubName
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("--signer: no --hub-name and no host name: %w", err)
+		}
+	}
+	cl, err := signer.NewClient(signer.ClientOptions{Address: c.signer.addr, Hub: name, Reader: mgr.GetAPIReader(),
+		Namespace: c.namespace, Token: tokens})
+	if err != nil {
+		return nil, err
+	}
+	// Closed when the manager stops.
+	if err := mgr.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		return cl.Close()
+	})); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// signerAddress waits for the signer to serve and returns where it
+// listens ("" when it serves no remote hubs).
+func (r *running) signerAddress(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	a, err := r.signer.Addr(ctx)
+	if err != nil {
+		return "", err
+	}
+	if a == nil {
+		return "", nil
+	}
+	return a.String(), nil
 }
 
 // webhookAddress waits for the tenancy webhook to serve and be installed,

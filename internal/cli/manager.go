@@ -26,6 +26,7 @@ func newManagerCommand(g *globalOptions) *cobra.Command {
 	}
 	o.comp.addManagerFlags(cmd.Flags())
 	o.comp.webhook.addFlags(cmd.Flags(), "127.0.0.1:9443", true)
+	o.comp.signer.addServeFlags(cmd.Flags(), "127.0.0.1:9444")
 	cmd.Flags().BoolVar(&o.comp.leaderElect, "leader-elect", true, "elect one active manager among replicas")
 	return cmd
 }
@@ -42,6 +43,7 @@ func newHubCommand(g *globalOptions) *cobra.Command {
 	}
 	o.comp.addManagerFlags(cmd.Flags())
 	o.comp.addHubFlags(cmd.Flags())
+	o.comp.signer.addClientFlags(cmd.Flags())
 	return cmd
 }
 
@@ -67,6 +69,13 @@ func (o *partOptions) run(cmd *cobra.Command, withManager, withHub bool) error {
 		go func() {
 			if addr, err := r.webhookAddress(ctx); err == nil {
 				cmd.Printf("ready webhook=%s\n", addr)
+			}
+		}()
+	}
+	if r.signer != nil {
+		go func() {
+			if addr, err := r.signerAddress(ctx); err == nil && addr != "" {
+				cmd.Printf("ready signer=%s\n", addr)
 			}
 		}()
 	}

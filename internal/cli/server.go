@@ -82,6 +82,9 @@ func (o *serverOptions) addFlags(cmd *cobra.Command) {
 	o.comp.addHubFlags(fs)
 	// The API server is on this machine: any free port will do.
 	o.comp.webhook.addFlags(fs, "127.0.0.1:0", false)
+	// Its hub signs in the process; other hubs (`drover hub --signer`)
+	// reach the signer here.
+	o.comp.signer.addServeFlags(fs, "127.0.0.1:0")
 	fs.BoolVar(&o.comp.leaderElect, "leader-elect", true,
 		"hold the drover-manager Lease, so that a `drover manager` started against this control plane stands by")
 }
@@ -173,13 +176,23 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	if _, err := r.webhookAddress(ctx); err != nil {
 		return cmp.Or(g.Wait(), err)
 	}
+	signerAddr, err := r.signerAddress(ctx)
+	if err != nil {
+		return cmp.Or(g.Wait(), err)
+	}
 	kubeconfig, _ := filepath.Abs(cp.KubeconfigPath())
 	caAbs, _ := filepath.Abs(caFile)
 	fmt.Fprintf(o.out, "Drover is up (%.1fs).\n  kubeconfig: %s\n  hub:        %s\n", time.Since(began).Seconds(), kubeconfig, hubAddr)
 	if mqttURL != "" {
 		fmt.Fprintf(o.out, "  mqtt:       %s\n", mqttURL)
 	}
+	if signerAddr != "" {
+		fmt.Fprintf(o.out, "  signer:     %s (for `drover hub --signer`)\n", signerAddr)
+	}
 	fmt.Fprintf(o.out, "  agent CA:   %s\n  try:        kubectl --kubeconfig %s get fleetnodes\n", caAbs, kubeconfig)
+	if signerAddr != "" {
+		fmt.Fprintf(o.out, "ready signer=%s\n", signerAddr)
+	}
 	// One machine-readable line for scripts and tests.
 	fmt.Fprintf(o.out, "ready kubeconfig=%s hub=%s ca=%s\n", kubeconfig, hubAddr, caAbs)
 	if ready != nil {

@@ -132,7 +132,9 @@ func updateTrust(ctx context.Context, c client.Client, ns string, change func(*T
 	if err := c.Update(ctx, &s); err != nil {
 		return fmt.Errorf("write CA secret %s/%s: %w", ns, CASecretName, err)
 	}
-	return nil
+	// Hubs read the bundle, not the Secret: they follow at once rather
+	// than when the manager's signer next reads the Secret.
+	return WriteBundle(ctx, c, c, ns, t.Bundle())
 }
 
 // EnsureNamespace creates ns if it does not exist. c reads uncached: a

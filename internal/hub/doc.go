@@ -1,7 +1,15 @@
 // Package hub serves agents. A hub is stateless (DESIGN.md principle 1): it
 // holds agents' gRPC streams, keeps their heartbeats in memory (package
-// liveness), signs certificates for approved nodes, pushes work with
-// per-node revisions, and writes FleetNode status only on transitions.
+// liveness), registers nodes and has their certificates signed, pushes
+// work with per-node revisions, and writes FleetNode status only on
+// transitions.
+//
+// Keys: a hub holds no CA key and reads no Secret. Its Signer (the
+// manager's, internal/signer) signs node certificates and the hub's own,
+// checks bootstrap tokens, and checks every node request again itself;
+// the hub trusts and serves Drover's CA from the ConfigMap
+// drover-ca-bundle (BundleName). Without a Signer, a hub signs with the
+// CA Secret itself (tests; `drover hub` without --signer).
 //
 // Any number of hubs may run against one API. Each holds a Lease named
 // drover-hub-<name> in the Drover namespace. Hubs alone write a FleetNode's

@@ -28,10 +28,10 @@ import (
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub/liveness"
-	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
+	"github.com/drover-fleet/drover/internal/tokencache"
 )
 
 // Options configure a Hub. Zero values are replaced by the documented defaults.
@@ -65,8 +65,12 @@ type Options struct {
 	// renew theirs after two thirds of it. Default:
 	// DefaultCertificateValidity (7 days).
 	CertificateValidity time.Duration
-	// Signer signs node certificates. Default: Drover's CA as the CA
-	// Secret holds it (the hub's own copy).
+	// Signer signs node certificates and the hub's own, checks bootstrap
+	// tokens and tells Drover's CA bundle: the manager's signer
+	// (internal/signer). Default: the hub's own copy of Drover's CA, read
+	// from the CA Secret (created if missing), and bootstrap tokens read
+	// from their Secrets, through Client and APIReader; that needs Secret
+	// access, which config/rbac does not grant hubs.
 	Signer Signer
 	// Features are the hub sides of the kinds of work it carries (node
 	// jobs, tasks): their items make up each node's snapshot, and each
@@ -95,10 +99,10 @@ type Options struct {
 	// Defaults: 20 and 50.
 	RegisterRatePerSource  float64
 	RegisterBurstPerSource int
-	// TokenNegativeTTL is how long a bootstrap token id that does not exist
-	// is refused without reading the API again. Tokens are read through
-	// Client (a manager's informer cache) and, for one it does not hold
-	// yet, once through APIReader. Default: 10s.
+	// TokenNegativeTTL is how long the default Signer refuses a bootstrap
+	// token id that does not exist without reading the API again. Tokens
+	// are read through Client (a manager's informer cache) and, for one it
+	// does not hold yet, once through APIReader. Default: 10s.
 	TokenNegativeTTL time.Duration
 }
 
@@ -210,19 +214,18 @@ type Hub struct {
 	// MovedHub stays MovedHub).
 	wasReady map[string]metav1.Condition
 
-	// tokens checks bootstrap tokens; registers bounds Register calls.
-	tokens    *bootstrap.Verifier
+	// registers bounds Register calls.
 	registers *registerLimiter
 
 	ready chan struct{} // closed once listening
 	addr  net.Addr
 
-	// trust is Drover's CA as the hub last read it (refreshTrust), and
-	// serving the hub's certificate from its current CA.
-	trust   atomic.Pointer[Trust]
+	// trust is Drover's CA bundle as the hub last read it (refreshTrust),
+	// and serving the hub's certificate from its current CA.
+	trust   atomic.Pointer[Bundle]
 	serving atomic.Pointer[tls.Certificate]
-	// signer signs node certificates (Options.Signer); renewals bounds
-	// Renew calls per node.
+	// signer signs certificates and checks tokens (Options.Signer);
+	// renewals bounds Renew calls per node.
 	signer   Signer
 	renewals *renewLimiter
 
@@ -242,7 +245,7 @@ type Hub struct {
 	logReqs map[string]*logRequest
 
 	// reviews caches TokenReview answers for the operator API.
-	reviews *tokenCache
+	reviews *tokencache.Cache[*user]
 }
 
 // New validates opts and returns a Hub that is not running yet, attached
@@ -279,17 +282,17 @@ func New(opts Options) (*Hub, error) {
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
-		reviews:  newTokenCache(),
+		reviews:  tokencache.New[*user](),
 		wasReady: map[string]metav1.Condition{},
-		tokens: bootstrap.NewVerifier(bootstrap.VerifierOptions{Cached: opts.Client, Live: liveReader,
-			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),
 		registers: newRegisterLimiter(limit(opts.RegisterRate), opts.RegisterBurst,
 			limit(opts.RegisterRatePerSource), opts.RegisterBurstPerSource),
 		renewals: newRenewLimiter(renewInterval),
 		signer:   opts.Signer,
 	}
 	if h.signer == nil {
-		h.signer = caSigner{h}
+		h.signer = &secretSigner{c: opts.Client, ns: opts.Namespace, clock: opts.Clock, validity: opts.CertificateValidity,
+			tokens: bootstrap.NewVerifier(bootstrap.VerifierOptions{Cached: opts.Client, Live: liveReader,
+				Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock})}
 	}
 	for _, f := range opts.Features {
 		f.Attach(link{h: h, f: f})
@@ -310,15 +313,15 @@ func (h *Hub) Addr(ctx context.Context) (net.Addr, error) {
 	}
 }
 
-// CA waits until the hub has loaded Drover's CA (it does as it starts) and
-// returns its current one: other transports (the MQTT bridge)
-// authenticate nodes with it. They do not follow a rotation yet.
-func (h *Hub) CA(ctx context.Context) (*pki.CA, error) {
+// Started waits until the hub has loaded Drover's CA bundle and listens
+// (it does as it starts): then TrustedCAs and HubCertificate serve other
+// transports (the MQTT bridge).
+func (h *Hub) Started(ctx context.Context) error {
 	select {
 	case <-h.ready:
-		return h.trust.Load().Current, nil
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -340,11 +343,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	if err := ensureNamespace(ctx, h.opts.APIReader, h.opts.Client, h.opts.Namespace); err != nil {
 		return err
 	}
-	t, err := EnsureTrust(ctx, h.opts.Client, h.opts.Namespace, h.opts.Clock.Now())
-	if err != nil {
-		return err
-	}
-	if err := h.setTrust(t); err != nil {
+	if err := h.firstTrust(ctx); err != nil {
 		return err
 	}
 	h.loadKubeClientCA(ctx)

@@ -204,11 +204,11 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 			continue
 		}
 		now := h.opts.Clock.Now()
-		if e, ok := h.reviews.get(tok, now); ok {
-			if e.user == nil {
-				return nil, status.Error(codes.Unauthenticated, e.reason)
+		if e, ok := h.reviews.Get(tok, now); ok {
+			if !e.OK {
+				return nil, status.Error(codes.Unauthenticated, e.Reason)
 			}
-			return e.user, nil
+			return e.Value, nil
 		}
 		tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
 		if err := h.opts.Client.Create(ctx, tr); err != nil {
@@ -221,7 +221,7 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 			if tr.Status.Error != "" {
 				msg += ": " + tr.Status.Error
 			}
-			h.reviews.put(tok, nil, msg, now)
+			h.reviews.Refuse(tok, msg, now)
 			return nil, status.Error(codes.Unauthenticated, msg)
 		}
 		u := &user{name: tr.Status.User.Username, uid: tr.Status.User.UID, groups: tr.Status.User.Groups}
@@ -231,7 +231,7 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 				u.extra[k] = authzv1.ExtraValue(v)
 			}
 		}
-		h.reviews.put(tok, u, "", now)
+		h.reviews.Accept(tok, u, now)
 		return u, nil
 	}
 	return nil, status.Error(codes.Unauthenticated, "present a client certificate signed by the kube-apiserver's client CA or a bearer token (your kubeconfig's credentials)")

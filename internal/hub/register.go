@@ -121,7 +121,7 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 	}
 	now := h.opts.Clock.Now()
-	tok, err := h.tokens.Verify(ctx, req.GetBootstrapToken(), now)
+	tok, err := h.signer.VerifyToken(ctx, req.GetBootstrapToken())
 	switch {
 	case errors.Is(err, bootstrap.ErrMalformed):
 		return nil, status.Errorf(codes.InvalidArgument, "register node %s: %v", node, bootstrap.ErrMalformed)
@@ -156,7 +156,7 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 	var cert *x509.Certificate
 	if fn.Spec.Approved {
 		if certDER, err = h.signer.SignNode(ctx, req.GetCsr(), node); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+			return nil, signError(node, err)
 		}
 		cert, _ = x509.ParseCertificate(certDER)
 	}
@@ -189,8 +189,8 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 	return &agentv1.RegisterResponse{
 		Result:      agentv1.RegisterResponse_RESULT_APPROVED,
 		Certificate: certDER,
-		Ca:          t.Current.Cert.Raw,
-		PreviousCas: t.previousDER(),
+		Ca:          t.Current.Raw,
+		PreviousCas: t.PreviousDER(),
 		Message:     fmt.Sprintf("node %s approved", node),
 	}, nil
 }

@@ -17,22 +17,6 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 )
 
-// Signer signs node client certificates: Register and Renew call it once
-// they have decided that node may have one for the key of csrDER.
-type Signer interface {
-	// SignNode signs the DER PKCS#10 request csrDER, whose subject must be
-	// node, and returns the certificate (DER).
-	SignNode(ctx context.Context, csrDER []byte, node string) (certDER []byte, err error)
-}
-
-// caSigner signs with the current CA the hub holds, for the hub's
-// CertificateValidity.
-type caSigner struct{ h *Hub }
-
-func (s caSigner) SignNode(_ context.Context, csrDER []byte, node string) ([]byte, error) {
-	return s.h.trust.Load().Current.SignClientCSR(csrDER, node, s.h.opts.Clock.Now(), s.h.opts.CertificateValidity)
-}
-
 // renewInterval is how often one node may renew: agents renew once in two
 // thirds of a certificate's lifetime, and retry failures slower than this.
 const renewInterval = time.Minute
@@ -99,7 +83,7 @@ func (h *Hub) renew(ctx context.Context, p Peer, req *agentv1.RenewRequest) (*ag
 	}
 	der, err := h.signer.SignNode(ctx, req.GetCsr(), node)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
+		return nil, signError(node, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -112,7 +96,7 @@ func (h *Hub) renew(ctx context.Context, p Peer, req *agentv1.RenewRequest) (*ag
 	})
 	t := h.trust.Load()
 	h.log.Info("certificate renewed", "node", node, "expires", cert.NotAfter, "ca", cert.Issuer.CommonName)
-	return &agentv1.RenewResponse{Certificate: der, Ca: t.Current.Cert.Raw, PreviousCas: t.previousDER()}, nil
+	return &agentv1.RenewResponse{Certificate: der, Ca: t.Current.Raw, PreviousCas: t.PreviousDER()}, nil
 }
 
 // maxRenewNodes bounds the nodes the renew limiter remembers; past it,
@@ -150,4 +134,14 @@ func (l *renewLimiter) allow(node string, now time.Time) (bool, time.Duration) {
 	}
 	l.last[node] = now
 	return true, 0
+}
+
+// signError is a Signer's refusal as the agent sees it: the signer's own
+// status (it checked the node again and refused), or InvalidArgument for
+// a request it could not sign.
+func signError(node string, err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		return status.Errorf(st.Code(), "node %s: %s", node, st.Message())
+	}
+	return status.Errorf(codes.InvalidArgument, "node %s: %v", node, err)
 }

@@ -204,7 +204,7 @@ func TestCARotation(t *testing.T) {
 	opts.Clock = clk
 	f.startAgent(opts)
 	f.waitAgentHello(node)
-	oldCA := h.trust.Load().Current.Cert
+	oldCA := h.trust.Load().Current
 
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
 	defer cancel()
@@ -217,7 +217,7 @@ func TestCARotation(t *testing.T) {
 	}
 	testenv.Eventually(t, waitTimeout, "the hub signs with the new CA", func(context.Context) (bool, error) {
 		clk.Step(caRefresh)
-		return h.trust.Load().Current.Cert.Equal(rotated.Current.Cert), nil
+		return h.trust.Load().Current.Equal(rotated.Current.Cert), nil
 	})
 	// old trusts only the old CA: the hub's new certificate reaches it
 	// through the cross certificate; its old-CA certificate is accepted.

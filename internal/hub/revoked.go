@@ -159,16 +159,22 @@ func (h *Hub) revokedKey(ctx context.Context, key string) (RevokedKey, bool, err
 		}
 		return RevokedKey{}, false, fmt.Errorf("read the revocation list %s/%s: %w", h.opts.Namespace, RevokedKeysName, err)
 	}
+	e, ok := RevokedKeyIn(&cm, key, h.opts.Clock.Now())
+	return e, ok, nil
+}
+
+// RevokedKeyIn returns key's entry in the revocation list cm if it is
+// listed and unexpired at now.
+func RevokedKeyIn(cm *corev1.ConfigMap, key string, now time.Time) (RevokedKey, bool) {
 	v, ok := cm.Data[key]
 	if !ok {
-		return RevokedKey{}, false, nil
+		return RevokedKey{}, false
 	}
-	now := h.opts.Clock.Now()
 	e := parseRevokedKeys(&corev1.ConfigMap{Data: map[string]string{key: v}}, now)[key]
 	if !now.Before(e.Expires) {
-		return RevokedKey{}, false, nil
+		return RevokedKey{}, false
 	}
-	return e, true, nil
+	return e, true
 }
 
 // recordRevoked lists the keys of the revoked nodes among nodes that the

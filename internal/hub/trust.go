@@ -3,13 +3,16 @@ package hub
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/drover-fleet/drover/internal/pki"
@@ -88,112 +91,241 @@ func (t *Trust) data() map[string][]byte {
 	return d
 }
 
+// Bundle is Trust without the key: what hubs, agents and operators trust,
+// and the chain a hub serves. The manager (internal/signer) keeps it in the
+// ConfigMap BundleName, which hubs read instead of the CA Secret.
+func (t *Trust) Bundle() *Bundle {
+	return &Bundle{Current: t.Current.Cert, Previous: t.Previous, Cross: t.Cross, Rotated: t.Rotated}
+}
+
 // Roots are the CAs whose certificates are trusted: Current first.
-func (t *Trust) Roots() []*x509.Certificate {
-	return append([]*x509.Certificate{t.Current.Cert}, t.Previous...)
+func (t *Trust) Roots() []*x509.Certificate { return t.Bundle().Roots() }
+
+// Pool holds Roots.
+func (t *Trust) Pool() *x509.CertPool { return t.Bundle().Pool() }
+
+// BundlePEM is Roots in PEM: what agents and operators (`drover ca`)
+// trust hubs with.
+func (t *Trust) BundlePEM() []byte { return t.Bundle().PEM() }
+
+// BundleName is the ConfigMap, in Drover's namespace, that holds Drover's
+// CA certificates without the key (the keys BundleCurrentKey,
+// CAPreviousKey, CACrossKey and CARotatedKey): hubs trust and serve from
+// it, and need no access to the CA Secret. The manager writes it whenever
+// the CA Secret changes (WriteBundle).
+const BundleName = "drover-ca-bundle"
+
+// BundleCurrentKey holds the current CA's certificate (PEM) in BundleName.
+const BundleCurrentKey = "ca.crt"
+
+// Bundle is Drover's trust without its key.
+type Bundle struct {
+	// Current is the CA that signs now.
+	Current *x509.Certificate
+	// Previous are CAs replaced by a rotation that are still trusted.
+	Previous []*x509.Certificate
+	// Cross are Current signed by the Previous (DER).
+	Cross [][]byte
+	// Rotated is when Current became current; zero before any rotation.
+	Rotated time.Time
+}
+
+// Roots are the CAs whose certificates are trusted: Current first.
+func (b *Bundle) Roots() []*x509.Certificate {
+	return append([]*x509.Certificate{b.Current}, b.Previous...)
 }
 
 // Pool holds Roots.
-func (t *Trust) Pool() *x509.CertPool {
+func (b *Bundle) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
-	for _, c := range t.Roots() {
+	for _, c := range b.Roots() {
 		p.AddCert(c)
 	}
 	return p
 }
 
-// BundlePEM is Roots in PEM: what agents and operators (`drover ca`)
-// trust hubs with.
-func (t *Trust) BundlePEM() []byte {
-	var b []byte
-	for _, c := range t.Roots() {
-		b = append(b, pki.EncodeCert(c.Raw)...)
+// PEM is Roots in PEM.
+func (b *Bundle) PEM() []byte {
+	var out []byte
+	for _, c := range b.Roots() {
+		out = append(out, pki.EncodeCert(c.Raw)...)
 	}
-	return b
+	return out
 }
 
-// previousDER are Previous in DER, as Register and Renew answer them.
-func (t *Trust) previousDER() [][]byte {
-	out := make([][]byte, len(t.Previous))
-	for i, c := range t.Previous {
+// PreviousDER are Previous in DER, as Register and Renew answer them.
+func (b *Bundle) PreviousDER() [][]byte {
+	out := make([][]byte, len(b.Previous))
+	for i, c := range b.Previous {
 		out[i] = c.Raw
 	}
 	return out
 }
 
 // trusts reports whether root is one of Roots.
-func (t *Trust) trusts(root *x509.Certificate) bool {
-	return slices.ContainsFunc(t.Roots(), func(c *x509.Certificate) bool { return bytes.Equal(c.Raw, root.Raw) })
+func (b *Bundle) trusts(root *x509.Certificate) bool {
+	return slices.ContainsFunc(b.Roots(), func(c *x509.Certificate) bool { return bytes.Equal(c.Raw, root.Raw) })
 }
 
-// same reports whether t and o hold the same CAs.
-func (t *Trust) same(o *Trust) bool {
-	return o != nil && bytes.Equal(t.Current.CertPEM, o.Current.CertPEM) &&
-		slices.EqualFunc(t.Previous, o.Previous, func(a, b *x509.Certificate) bool { return bytes.Equal(a.Raw, b.Raw) })
+// Same reports whether b and o hold the same CAs.
+func (b *Bundle) Same(o *Bundle) bool {
+	return o != nil && bytes.Equal(b.Current.Raw, o.Current.Raw) &&
+		slices.EqualFunc(b.Previous, o.Previous, func(a, c *x509.Certificate) bool { return bytes.Equal(a.Raw, c.Raw) })
 }
 
-// servingCert issues a hub serving certificate from Current, chained to
-// the Previous through the cross certificates.
-func (t *Trust) servingCert(name string, hosts []string, now time.Time) (*tls.Certificate, error) {
-	certPEM, keyPEM, err := t.Current.IssueServing(name, hosts, now, 365*24*time.Hour)
+// bundleData is b as its ConfigMap holds it.
+func (b *Bundle) bundleData() map[string]string {
+	d := map[string]string{BundleCurrentKey: string(pki.EncodeCert(b.Current.Raw))}
+	if len(b.Previous) > 0 {
+		var prev, cross []byte
+		for _, c := range b.Previous {
+			prev = append(prev, pki.EncodeCert(c.Raw)...)
+		}
+		for _, der := range b.Cross {
+			cross = append(cross, pki.EncodeCert(der)...)
+		}
+		d[CAPreviousKey], d[CACrossKey] = string(prev), string(cross)
+	}
+	if !b.Rotated.IsZero() {
+		d[CARotatedKey] = b.Rotated.UTC().Format(time.RFC3339)
+	}
+	return d
+}
+
+// ParseBundle reads the ConfigMap BundleName.
+func ParseBundle(cm *corev1.ConfigMap) (*Bundle, error) {
+	where := func(k string) string { return fmt.Sprintf("CA bundle %s/%s, %s", cm.Namespace, cm.Name, k) }
+	cur, err := pki.ParseCert([]byte(cm.Data[BundleCurrentKey]))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", where(BundleCurrentKey), err)
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	b := &Bundle{Current: cur}
+	if b.Previous, err = pki.ParseCerts([]byte(cm.Data[CAPreviousKey])); err != nil {
+		return nil, fmt.Errorf("%s: %w", where(CAPreviousKey), err)
+	}
+	cross, err := pki.ParseCerts([]byte(cm.Data[CACrossKey]))
 	if err != nil {
-		return nil, fmt.Errorf("load hub serving certificate: %w", err)
+		return nil, fmt.Errorf("%s: %w", where(CACrossKey), err)
 	}
-	cert.Certificate = append(cert.Certificate, t.Cross...)
-	return &cert, nil
+	for _, c := range cross {
+		b.Cross = append(b.Cross, c.Raw)
+	}
+	if v := cm.Data[CARotatedKey]; v != "" {
+		if b.Rotated, err = time.Parse(time.RFC3339, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", where(CARotatedKey), err)
+		}
+	}
+	return b, nil
 }
 
-// TrustedCAs are the CAs whose node certificates the hub accepts now: its
-// current CA and those a rotation left trusted (the embedded MQTT broker
-// verifies clients against them). Call it once the hub started (CA).
-func (h *Hub) TrustedCAs() *x509.CertPool {
-	return h.trust.Load().Pool()
+// ReadBundle reads ns's CA bundle ConfigMap.
+func ReadBundle(ctx context.Context, r client.Reader, ns string) (*Bundle, error) {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: BundleName}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("Drover's CA bundle (configmap %s/%s) does not exist yet: the manager's signer writes it when it starts: %w",
+				ns, BundleName, err)
+		}
+		return nil, fmt.Errorf("read Drover's CA bundle (configmap %s/%s): %w", ns, BundleName, err)
+	}
+	return ParseBundle(&cm)
 }
 
-// caRefresh is how often a hub re-reads the CA Secret, so that a rotation
-// reaches every hub within it, without a restart. It reads through Client:
-// in `drover hub`, the manager's cache of Drover's Secrets, no API call.
-const caRefresh = 30 * time.Second
-
-// loadTrust reads the CA Secret; when it changed, the hub trusts its CAs
-// from now on, signs with its current one and serves a certificate of it.
-func (h *Hub) loadTrust(ctx context.Context) error {
-	var s corev1.Secret
-	if err := h.opts.Client.Get(ctx, client.ObjectKey{Namespace: h.opts.Namespace, Name: CASecretName}, &s); err != nil {
-		return fmt.Errorf("read CA secret %s/%s: %w", h.opts.Namespace, CASecretName, err)
-	}
-	t, err := ParseTrust(&s)
+// WriteBundle makes ns's CA bundle ConfigMap hold b, creating it if
+// missing and writing only when it differs. r may be a cache.
+func WriteBundle(ctx context.Context, r client.Reader, w client.Writer, ns string, b *Bundle) error {
+	want := b.bundleData()
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
+		var cm corev1.ConfigMap
+		err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: BundleName}, &cm)
+		if apierrors.IsNotFound(err) {
+			cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: BundleName,
+				Labels: map[string]string{"fleet.drover.io/component": "ca-bundle"}}, Data: want}
+			return w.Create(ctx, &cm)
+		}
+		if err != nil {
+			return err
+		}
+		if maps.Equal(cm.Data, want) {
+			return nil
+		}
+		cm = *cm.DeepCopy()
+		cm.Data = want
+		return w.Update(ctx, &cm)
+	})
 	if err != nil {
-		return err
-	}
-	return h.setTrust(t)
-}
-
-// setTrust makes t the hub's trust unless it holds it already.
-func (h *Hub) setTrust(t *Trust) error {
-	old := h.trust.Load()
-	if t.same(old) {
-		return nil
-	}
-	cert, err := t.servingCert("drover-hub-"+h.opts.Name, h.opts.ServingHosts, h.opts.Clock.Now())
-	if err != nil {
-		return err
-	}
-	h.serving.Store(cert)
-	h.trust.Store(t)
-	h.updateClientCAs()
-	if old != nil {
-		h.log.Info("Drover's CA changed: signing with the current CA, trusting it and the previous ones",
-			"current", t.Current.Cert.Subject.CommonName, "previous", len(t.Previous))
+		return fmt.Errorf("write Drover's CA bundle (configmap %s/%s): %w", ns, BundleName, err)
 	}
 	return nil
 }
 
-// refreshTrust re-reads the CA Secret every caRefresh until ctx ends.
+// TrustedCAs are the CAs whose node certificates the hub accepts now: its
+// current CA and those a rotation left trusted (the embedded MQTT broker
+// verifies clients against them). Call it once the hub started (Started).
+func (h *Hub) TrustedCAs() *x509.CertPool {
+	return h.trust.Load().Pool()
+}
+
+// caRefresh is how often a hub asks its signer for Drover's CA bundle
+// again, so that a rotation reaches every hub within it, without a
+// restart. The manager's signer reads the bundle's ConfigMap: one GET a
+// hub per caRefresh.
+const caRefresh = 30 * time.Second
+
+// firstTrust loads the CA bundle as the hub starts. The manager may start
+// at the same time and write the bundle in a moment: the hub waits for it,
+// saying so, until ctx ends.
+func (h *Hub) firstTrust(ctx context.Context) error {
+	wait := time.Second
+	for {
+		err := h.loadTrust(ctx)
+		if err == nil {
+			return nil
+		}
+		h.log.Info("waiting for Drover's CA from the signer", "err", err, "retryIn", wait)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("load Drover's CA: %w", err)
+		case <-h.opts.Clock.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// loadTrust asks the signer for the CA bundle; when it changed, the hub
+// trusts its CAs from now on and serves a certificate of the current one.
+func (h *Hub) loadTrust(ctx context.Context) error {
+	b, err := h.signer.Trust(ctx)
+	if err != nil {
+		return err
+	}
+	return h.setTrust(ctx, b)
+}
+
+// setTrust makes b the hub's trust unless it holds it already.
+func (h *Hub) setTrust(ctx context.Context, b *Bundle) error {
+	old := h.trust.Load()
+	if b.Same(old) {
+		return nil
+	}
+	// The signer signs with the CA it holds, which the bundle names.
+	cert, err := h.HubCertificate(ctx, HubServing, h.opts.ServingHosts, "")
+	if err != nil {
+		return err
+	}
+	h.serving.Store(cert)
+	h.trust.Store(b)
+	h.updateClientCAs()
+	if old != nil {
+		h.log.Info("Drover's CA changed: serving a certificate of the current CA, trusting it and the previous ones",
+			"current", b.Current.Subject.CommonName, "previous", len(b.Previous))
+	}
+	return nil
+}
+
+// refreshTrust re-reads the CA bundle every caRefresh until ctx ends.
 func (h *Hub) refreshTrust(ctx context.Context) error {
 	t := h.opts.Clock.NewTicker(caRefresh)
 	defer t.Stop()

@@ -103,6 +103,53 @@ func (ca *CA) SignClientCSR(csrDER []byte, wantCN string, now time.Time, validit
 	return der, nil
 }
 
+// SignServingCSR signs a DER PKCS#10 request for a serving certificate
+// named commonName for hosts (DNS names or IPs). Only the request's public
+// key is taken from it: names, usages and lifetime are decided here.
+func (ca *CA) SignServingCSR(csrDER []byte, commonName string, hosts []string, now time.Time, validity time.Duration) ([]byte, error) {
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	return ca.signCSR(csrDER, tmpl, now, validity)
+}
+
+// SignClientCSRAs signs a DER PKCS#10 request for a client certificate of
+// commonName in organization, whatever subject the request names.
+func (ca *CA) SignClientCSRAs(csrDER []byte, commonName, organization string, now time.Time, validity time.Duration) ([]byte, error) {
+	return ca.signCSR(csrDER, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName, Organization: []string{organization}},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, now, validity)
+}
+
+// signCSR signs the key of a request, whose signature it checks, with tmpl.
+func (ca *CA) signCSR(csrDER []byte, tmpl *x509.Certificate, now time.Time, validity time.Duration) ([]byte, error) {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request signature: %w", err)
+	}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-5*time.Minute), now.Add(validity)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate for %s: %w", tmpl.Subject.CommonName, err)
+	}
+	return der, nil
+}
+
 // IssueServing makes a serving key pair for hosts (DNS names or IPs).
 func (ca *CA) IssueServing(commonName string, hosts []string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

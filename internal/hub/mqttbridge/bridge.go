@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,13 +150,18 @@ func (b *Bridge) BrokerURL(ctx context.Context) (string, error) {
 
 // Start runs the embedded broker (if any) and the bridge until ctx ends.
 func (b *Bridge) Start(ctx context.Context) error {
-	ca, err := b.hub.CA(ctx)
-	if err != nil {
+	if err := b.hub.Started(ctx); err != nil {
 		return nil // stopped before the hub started
 	}
+	// The hub's signer signs the broker's and the bridge's certificates:
+	// the hub holds no CA key.
 	b.url = b.opts.Broker
 	if b.opts.Listen != "" {
-		br, err := broker.Start(broker.Options{Address: b.opts.Listen, CA: ca, ClientCAs: b.hub.TrustedCAs, ServingHosts: b.opts.ServingHosts,
+		serving, err := b.hub.HubCertificate(ctx, hub.MQTTServing, servingHosts(b.opts.ServingHosts), "")
+		if err != nil {
+			return fmt.Errorf("mqtt broker: %w", err)
+		}
+		br, err := broker.Start(broker.Options{Address: b.opts.Listen, Certificate: serving, ClientCAs: b.hub.TrustedCAs,
 			Layout: b.layout, Logger: b.log, Admit: b.hub.AdmitKey})
 		if err != nil {
 			return err
@@ -164,13 +170,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 		b.broker, b.url = br, br.URL()
 	}
 	brokerURL, host, _ := topics.BrokerURL(b.url)
-	certPEM, keyPEM, err := broker.HubClientCert(ca, b.layout, b.opts.Clock.Now(), 365*24*time.Hour)
+	cert, err := b.hub.HubCertificate(ctx, hub.MQTTClient, nil, b.layout.HubCN())
 	if err != nil {
-		return err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("mqtt bridge: load hub client certificate: %w", err)
+		return fmt.Errorf("mqtt bridge: %w", err)
 	}
 	subscribed := make(chan struct{}, 1)
 	mo := paho.NewClientOptions().
@@ -178,7 +180,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		// Mosquitto replaces it with the certificate's common name
 		// (topics.MosquittoListenerAuth); nothing here depends on it.
 		SetClientID(topics.HubClientID(b.hub.Name())).
-		SetTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), ServerName: host, MinVersion: tls.VersionTLS12}).
+		SetTLSConfig(&tls.Config{Certificates: []tls.Certificate{*cert}, RootCAs: b.hub.TrustedCAs(), ServerName: host, MinVersion: tls.VersionTLS12}).
 		SetCleanSession(true).
 		SetAutoReconnect(true).
 		SetConnectRetry(true).
@@ -574,4 +576,17 @@ func (b *Bridge) Unacked(node string) int {
 		return 0
 	}
 	return s.unackedCount()
+}
+
+// servingHosts are the embedded broker's names: hosts, or by default
+// 127.0.0.1, localhost and the host name.
+func servingHosts(hosts []string) []string {
+	if len(hosts) > 0 {
+		return hosts
+	}
+	hosts = []string{"127.0.0.1", "localhost"}
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	return hosts
 }

@@ -162,7 +162,8 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 		t.Fatalf("hub did not listen: %v", err)
 	}
 	s.addr = a.String()
-	if s.ca, err = h.CA(ctx); err != nil {
+	// The hub signs with the CA Secret (its default signer) once started.
+	if s.ca, err = hub.EnsureCA(ctx, s.c, s.ns, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	opts := mqttbridge.Options{Hub: h, ServingHosts: []string{"127.0.0.1"}, Logger: s.log.With("component", "bridge"), DropFromAgent: o.drop,

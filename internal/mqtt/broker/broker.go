@@ -35,8 +35,12 @@ type Options struct {
 	// Address is the TLS listen address (host:port; port 0 picks one). Required.
 	Address string
 	// CA is Drover's CA: it signs the broker's serving certificate and every
-	// client certificate the broker accepts. Required.
+	// client certificate the broker accepts. Required unless Certificate
+	// and ClientCAs are set.
 	CA *pki.CA
+	// Certificate, when set, is the broker's serving certificate (a hub's,
+	// from its signer) instead of one CA signs.
+	Certificate *tls.Certificate
 	// ClientCAs, when set, are the CAs client certificates are verified
 	// against at each connect (a hub's Hub.TrustedCAs: its CA and those a
 	// rotation left trusted). Default: CA.
@@ -85,8 +89,8 @@ type admitted struct {
 
 // Start listens and serves in the background until Close.
 func Start(opts Options) (*Broker, error) {
-	if opts.CA == nil {
-		return nil, errors.New("mqtt broker: a CA is required")
+	if opts.CA == nil && (opts.Certificate == nil || opts.ClientCAs == nil) {
+		return nil, errors.New("mqtt broker: a CA, or a serving certificate and client CAs, is required")
 	}
 	if opts.Layout.Prefix == "" {
 		opts.Layout.Prefix = topics.DefaultPrefix
@@ -100,13 +104,9 @@ func Start(opts Options) (*Broker, error) {
 			opts.ServingHosts = append(opts.ServingHosts, h)
 		}
 	}
-	certPEM, keyPEM, err := opts.CA.IssueServing("drover-mqtt", opts.ServingHosts, time.Now(), 365*24*time.Hour)
+	cert, err := servingCert(opts)
 	if err != nil {
 		return nil, err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("load mqtt serving certificate: %w", err)
 	}
 	// mochi logs every connect at info: keep its chatter one level down.
 	caps := mqtt.NewDefaultServerCapabilities()
@@ -128,10 +128,13 @@ func Start(opts Options) (*Broker, error) {
 	tlsConfig := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    opts.CA.Pool(),
 		MinVersion:   tls.VersionTLS12,
 	}
+	if opts.CA != nil {
+		tlsConfig.ClientCAs = opts.CA.Pool()
+	}
 	if opts.ClientCAs != nil {
+		tlsConfig.ClientCAs = opts.ClientCAs()
 		base := tlsConfig.Clone()
 		tlsConfig.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			c := base.Clone()
@@ -150,6 +153,22 @@ func Start(opts Options) (*Broker, error) {
 	b.addr = l.Address()
 	opts.Logger.Info("mqtt broker serving agents", "address", b.addr, "prefix", opts.Layout.Prefix)
 	return b, nil
+}
+
+// servingCert is opts.Certificate, or one opts.CA signs.
+func servingCert(opts Options) (tls.Certificate, error) {
+	if opts.Certificate != nil {
+		return *opts.Certificate, nil
+	}
+	certPEM, keyPEM, err := opts.CA.IssueServing("drover-mqtt", opts.ServingHosts, time.Now(), 365*24*time.Hour)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("load mqtt serving certificate: %w", err)
+	}
+	return cert, nil
 }
 
 // Addr is the address the broker listens on.
