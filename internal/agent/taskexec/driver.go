@@ -57,11 +57,13 @@ type Options struct {
 	// it, or TaskUser is root). Default false: such an attempt fails with
 	// reason taskwire.ReasonRunAs.
 	AllowRoot bool
-	// MaxLogBytes is the size at which stdout.log or stderr.log is rotated
-	// to <name>.1. Default DefaultMaxLogBytes.
+	// MaxLogBytes bounds stdout.log and stderr.log, and their <name>.1:
+	// the log shim rotates a file to <name>.1 before a write would take
+	// it past the bound. Default DefaultMaxLogBytes.
 	MaxLogBytes int64
-	// PollInterval is how often the monitor checks log sizes and the
-	// processes it did not start. Default DefaultPollInterval.
+	// PollInterval is how often the monitor checks the processes it did
+	// not start (and the logs of attempts an older agent started).
+	// Default DefaultPollInterval.
 	PollInterval time.Duration
 	// MaxArtifactBytes is the largest artifact the driver downloads; a
 	// larger one fails the attempt before it starts (taskwire.ReasonArtifact),
@@ -335,15 +337,15 @@ var workIDRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$`)
 // Prepared is an attempt ready to start: its directories and log files
 // exist and its artifacts are fetched.
 type Prepared struct {
-	d              *Driver
-	id             string
-	spec           *taskwire.Spec
-	started        bool // Start took it over; guarded by d.mu
-	released       bool // Close or Start ran; guarded by d.mu
-	path, dir      string
-	user           User
-	env            []string
-	logDir         string
+	d         *Driver
+	id        string
+	spec      *taskwire.Spec
+	started   bool // Start took it over; guarded by d.mu
+	released  bool // Close or Start ran; guarded by d.mu
+	path, dir string
+	user      User
+	env       []string
+	logDir    string
 }
 
 // Prepare checks spec, creates the attempt's directories and log files and
