@@ -23,7 +23,8 @@ import (
 //	<state dir>/tasks/<work id>/stdout.log and stderr.log
 //
 // and rotation moves a full file to <stream>.log.1 (one old file kept)
-// and starts a new one. A LogRequest from the hub streams one of them back
+// and starts a new one: taskexec's log shim renames it before a write
+// would take it past the bound. A LogRequest from the hub streams one of them back
 // in LogChunks over SendMessage, one call per chunk, so the hub's answer
 // paces the agent: a slow reader slows the reading here, and a hub that
 // answers with an error (the request is over) stops it.
@@ -172,12 +173,13 @@ func (a *Agent) streamLog(ctx context.Context, req *agentv1.LogRequest, send fun
 	}
 	// checkRotation finds out whether the log was rotated since we last
 	// looked, and moves to where the rest of the output is. Two ways:
-	//   - by rename (the file we hold became .1 and a new one took its
-	//     name): send the rest of ours, then go on with the new file;
-	//   - by copy-truncate (the exec driver's way: its processes keep
-	//     their descriptors): a new .1 holds a copy of ours and ours was
-	//     emptied; the rest of what we were reading is in the copy from
-	//     our offset on, and ours starts again from 0.
+	//   - by rename (the log shim's way: the file we hold became .1 and a
+	//     new one took its name): send the rest of ours, then go on with
+	//     the new file;
+	//   - by copy-truncate (attempts an older agent started, which write
+	//     their files themselves): a new .1 holds a copy of ours and ours
+	//     was emptied; the rest of what we were reading is in the copy
+	//     from our offset on, and ours starts again from 0.
 	checkRotation := func() (bool, error) {
 		fst, err := f.Stat()
 		if err != nil {

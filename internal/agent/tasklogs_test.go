@@ -134,6 +134,48 @@ func TestStreamLog(t *testing.T) {
 			t.Errorf("followed %q across the rotation, want one, two, three", g)
 		}
 	})
+	t.Run("follow goes on across a rename rotation", func(t *testing.T) {
+		const live = "task-live-2"
+		ldir := filepath.Join(a.opts.StateDir, "tasks", live)
+		if err := os.MkdirAll(ldir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cur := filepath.Join(ldir, "stdout.log")
+		if err := os.WriteFile(cur, []byte("one\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.db.PutWork(ctx, store.Work{UID: live, Type: "task-exec", Phase: PhaseRunning}); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			c    collect
+			mu   sync.Mutex
+			done = make(chan error, 1)
+		)
+		send := func(ch *agentv1.LogChunk) error { mu.Lock(); defer mu.Unlock(); return c.send(ch) }
+		got := func() string { mu.Lock(); defer mu.Unlock(); return c.data() }
+		go func() { done <- a.streamLog(ctx, &agentv1.LogRequest{Uid: live, Stream: "stdout", Follow: true}, send) }()
+		waitFor(t, func() bool { return got() == "one\n" })
+		// What the log shim does: the file filled, renamed to .1, and a
+		// new one started once there is more output.
+		appendFile(t, cur, "two\n")
+		if err := os.Rename(cur, cur+".1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cur, []byte("three\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return strings.HasSuffix(got(), "three\n") })
+		if err := a.db.SetWorkPhase(ctx, live, PhaseSucceeded, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if g := got(); g != "one\ntwo\nthree\n" {
+			t.Errorf("followed %q across the rotation, want one, two, three", g)
+		}
+	})
 	for _, bad := range []*agentv1.LogRequest{
 		{Uid: "../../etc", Stream: "stdout"},
 		{Uid: "task-..-1", Stream: "stdout"},

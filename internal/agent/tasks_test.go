@@ -392,7 +392,7 @@ func TestTasksAfterAnAgentCrash(t *testing.T) {
 	}
 	putTask(t, db, "task-gone-1", taskwire.Spec{Command: []string{"sleep", "1"}})
 	putTask(t, db, "task-late-1", taskwire.Spec{Command: []string{"sleep", "60"}, TimeoutSeconds: 3, KillTimeoutSeconds: 1})
-	putTask(t, db, "task-watch-1", taskwire.Spec{Command: []string{"sh", "-c", `while [ ! -e "$F" ]; do sleep 0.05; done`}, Env: []string{"F=" + flag}})
+	putTask(t, db, "task-watch-1", taskwire.Spec{Command: []string{"sh", "-c", `while [ ! -e "$F" ]; do sleep 0.05; done; echo after the crash`}, Env: []string{"F=" + flag}})
 	db.Close()
 
 	helper := exec.Command(os.Args[0], "-test.run=^TestTaskCrashHelper$", "-test.count=1", "-test.v")
@@ -466,6 +466,10 @@ func TestTasksAfterAnAgentCrash(t *testing.T) {
 		if e := end(uid); e.phase != PhaseFailed || e.reason != taskwire.ReasonLost || e.report.ExitCode != nil || !strings.Contains(e.report.Message, "unknown") {
 			t.Errorf("%s ended %+v, want Failed/%s without an exit code, saying the result is unknown", uid, e, taskwire.ReasonLost)
 		}
+	}
+	// Its log shim outlived the dead agent: what it wrote after is logged.
+	if e := end("task-watch-1"); e.report.OutputTail != "after the crash\n" {
+		t.Errorf("task-watch-1's output %q, want what it wrote after the agent died", e.report.OutputTail)
 	}
 	if e := end("task-late-1"); e.phase != PhaseFailed || e.reason != taskwire.ReasonTimeout || code(e.report) != "143" {
 		t.Errorf("task-late-1 ended %+v, want Failed/timeout 143", e)

@@ -38,6 +38,10 @@ func Main(args []string) int {
 		// cgroups; on success this does not return.
 		return cgroup.RunShim(args[1:])
 	}
+	if len(args) > 0 && args[0] == taskexec.LogShimArg {
+		// The agent re-executed itself as a task attempt's log shim.
+		return taskexec.RunLogShim(args[1:])
+	}
 	if failAtStart == "true" {
 		fmt.Fprintln(os.Stderr, "drover-agent: built with failAtStart (a test binary that cannot start)")
 		return 1

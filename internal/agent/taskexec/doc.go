@@ -17,9 +17,9 @@
 // before it starts; the size is checked against Content-Length and counted
 // while downloading (the header may be missing or false, and the transport
 // decodes gzip), and the partial file is removed. stdout and stderr go to
-// <state dir>/tasks/<work id>/stdout.log and stderr.log: files the agent
-// opens and hands to the process, so the task writes its logs without
-// being able to open them, or anything else in the state dir.
+// <state dir>/tasks/<work id>/stdout.log and stderr.log, through the
+// attempt's log shim (see Logs): the task writes its logs without being
+// able to open them, or anything else in the state dir.
 //
 // # Users and dirs
 //
@@ -83,23 +83,45 @@
 //     so the group id cannot have been reused by then;
 //   - enforces timeouts and kill timeouts with one timer set to the nearest
 //     deadline;
-//   - rotates logs and watches processes it did not start (see Adopt) by
-//     polling every Options.PollInterval.
+//   - reaps the log shims (below) by pid, and ends an attempt only once
+//     its shim has written all its output (or 5s after its process ended,
+//     when something it started still holds its stdout or stderr);
+//   - watches processes it did not start (see Adopt) by polling every
+//     Options.PollInterval.
 //
-// The log files are *os.File values handed to the process, so os/exec copies
-// nothing (a non-file io.Writer would cost a goroutine per pipe), and the
-// process keeps writing its logs while no agent runs (a pipe to the agent
-// would break, and kill it with SIGPIPE, at an agent restart). Rotation is
-// therefore copy-truncate, done by the monitor: a file at or over
-// Options.MaxLogBytes is copied whole to <name>.1 (replacing the older copy
-// through a rename, so a reader never sees half a file) and then truncated
-// to zero; the process opened it O_APPEND, so it goes on writing at the new
-// end. Costs of this choice: a file may grow past the limit by what is
-// written in one poll interval, and output written between the end of the
-// copy and the truncation (microseconds) is lost. The inode of <name> does
-// not change: a reader that follows it sees its size drop below its offset
-// at a rotation, and goes on at that offset in <name>.1, then from the
-// start of <name>.
+// # Logs
+//
+// The task's stdout and stderr are pipes. Their read ends are held by the
+// attempt's log shim: drover-agent re-executed (/proc/self/exe, hidden
+// first argument LogShimArg), started just before the task. It copies
+// each pipe to its file, and before a write to a file that holds
+// Options.MaxLogBytes it renames it to <name>.1 (replacing the older one)
+// and starts a new one: neither file ever holds more than the bound, at
+// any time, however fast the task writes, so an attempt's logs take at
+// most 4 x MaxLogBytes on disk. A file is filled to the bound, so a line
+// may straddle the two files. The shim ends when both pipes are closed:
+// the task and everything it started that kept them have ended (with
+// cgroups, killing the attempt's cgroup closes them).
+//
+// Why a process, not the agent: a pipe to the agent would break at an
+// agent restart, and kill the task with SIGPIPE; the shim does not depend
+// on the agent, and keeps the logs flowing and bounded while no agent
+// runs. Its two goroutines are its own (the agent's one monitor stays
+// one). It runs as the agent's user, in its own session, outside the
+// attempt's group and cgroup: the task cannot signal or trace it (another
+// uid, unless the task runs as root: Options.AllowRoot), killing the attempt's processes does not cut its output short,
+// and its memory (a few MiB per running attempt) is not charged to the
+// task's limit. Info holds its pid and start time; after a restart the
+// agent re-executed (an upgrade) it is still the agent's child and is
+// reaped, otherwise init reaps it. Costs: a task's stdout is a pipe, not
+// a file (it cannot seek it, and a full disk or a slow one makes it block
+// or lose output rather than the agent), and a reader following a log
+// that is rotated twice between two of its looks misses the middle file.
+//
+// An attempt an older agent started (its Info names no shim) writes its
+// files itself, O_APPEND: the monitor rotates them by copy-truncate when
+// it polls, as that agent did (see rotate), so they may grow past the
+// bound by what is written in one poll interval.
 //
 // # Task dirs
 //

@@ -57,11 +57,13 @@ type Options struct {
 	// it, or TaskUser is root). Default false: such an attempt fails with
 	// reason taskwire.ReasonRunAs.
 	AllowRoot bool
-	// MaxLogBytes is the size at which stdout.log or stderr.log is rotated
-	// to <name>.1. Default DefaultMaxLogBytes.
+	// MaxLogBytes bounds stdout.log and stderr.log, and their <name>.1:
+	// the log shim rotates a file to <name>.1 before a write would take
+	// it past the bound. Default DefaultMaxLogBytes.
 	MaxLogBytes int64
-	// PollInterval is how often the monitor checks log sizes and the
-	// processes it did not start. Default DefaultPollInterval.
+	// PollInterval is how often the monitor checks the processes it did
+	// not start (and the logs of attempts an older agent started).
+	// Default DefaultPollInterval.
 	PollInterval time.Duration
 	// MaxArtifactBytes is the largest artifact the driver downloads; a
 	// larger one fails the attempt before it starts (taskwire.ReasonArtifact),
@@ -110,6 +112,11 @@ type Info struct {
 	// Cgroup are the dirs of the attempt's cgroup (cgroup.Group.Dirs);
 	// none when the driver runs without cgroups.
 	Cgroup []string `json:"cgroup,omitempty"`
+	// LogShimPID and LogShimStartTicks are the attempt's log shim (see
+	// the package doc, "Logs"); zero for an attempt an older agent
+	// started, which writes its log files itself.
+	LogShimPID        int    `json:"logShimPid,omitempty"`
+	LogShimStartTicks uint64 `json:"logShimStartTicks,omitempty"`
 }
 
 // Result is how an attempt ended: Phase one of taskwire.PhaseSucceeded,
@@ -142,6 +149,7 @@ type Driver struct {
 
 	mu        sync.Mutex
 	procs     map[*Proc]struct{} // watched by the monitor
+	shims     map[int]struct{}   // log shims that are children, reaped by the monitor
 	preparing map[string]int     // ids between Prepare and Start (or Close)
 	closed    bool
 
@@ -188,6 +196,7 @@ func New(opts Options) (*Driver, error) {
 		opts:      opts,
 		log:       opts.Logger,
 		procs:     map[*Proc]struct{}{},
+		shims:     map[int]struct{}{},
 		preparing: map[string]int{},
 		wake:      make(chan struct{}, 1),
 		sig:       make(chan os.Signal, 1),
@@ -328,16 +337,15 @@ var workIDRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$`)
 // Prepared is an attempt ready to start: its directories and log files
 // exist and its artifacts are fetched.
 type Prepared struct {
-	d              *Driver
-	id             string
-	spec           *taskwire.Spec
-	started        bool // Start took it over; guarded by d.mu
-	released       bool // Close or Start ran; guarded by d.mu
-	path, dir      string
-	user           User
-	env            []string
-	logDir         string
-	stdout, stderr *os.File
+	d         *Driver
+	id        string
+	spec      *taskwire.Spec
+	started   bool // Start took it over; guarded by d.mu
+	released  bool // Close or Start ran; guarded by d.mu
+	path, dir string
+	user      User
+	env       []string
+	logDir    string
 }
 
 // Prepare checks spec, creates the attempt's directories and log files and
@@ -395,11 +403,14 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	if p.path, err = lookPath(spec.Command[0], p.env, p.dir); err != nil {
 		return nil, startErr("%w", err)
 	}
-	if p.stdout, err = openLog(filepath.Join(p.logDir, StdoutFile)); err != nil {
-		return nil, startErr("%w", err)
-	}
-	if p.stderr, err = openLog(filepath.Join(p.logDir, StderrFile)); err != nil {
-		return nil, startErr("%w", err)
+	// Made here, empty, so that a reader finds them from the start; the
+	// log shim writes them.
+	for _, name := range []string{StdoutFile, StderrFile} {
+		f, err := openLog(filepath.Join(p.logDir, name))
+		if err != nil {
+			return nil, startErr("%w", err)
+		}
+		f.Close()
 	}
 	ok = true
 	return p, nil
@@ -408,14 +419,6 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 // Close releases a prepared attempt that will not start: its task dir is
 // marked ended, for the collector.
 func (p *Prepared) Close() {
-	if p.stdout != nil {
-		p.stdout.Close()
-		p.stdout = nil
-	}
-	if p.stderr != nil {
-		p.stderr.Close()
-		p.stderr = nil
-	}
 	d := p.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -433,7 +436,7 @@ func (p *Prepared) Close() {
 	}
 }
 
-// openLog opens a log for appending: O_APPEND keeps the process writing at
+// openLog opens a log for appending: O_APPEND keeps a process writing at
 // the end after copy-truncate rotation empties the file.
 func openLog(name string) (*os.File, error) {
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
@@ -520,19 +523,37 @@ func executable(p string) error {
 
 // Start starts the prepared attempt. Its error is an *Error.
 func (p *Prepared) Start() (*Proc, error) {
-	defer p.Close() // the child holds its own copies of the log files
+	defer p.Close()
 	d := p.d
+	// The log shim first: it holds the read ends of the task's stdout and
+	// stderr, which the task gets as the write ends.
+	shim, stdout, stderr, err := d.startLogShim(p.logDir)
+	if err != nil {
+		return nil, &Error{Reason: taskwire.ReasonStartError, Err: err}
+	}
+	// Once the task has them (or failed to start), the shim's EOF is the
+	// end of the last process holding them.
+	defer stdout.Close()
+	defer stderr.Close()
+	shimPID := shim.Process.Pid
+	shim.Process.Release() // the monitor reaps it by pid
 	cmd := &exec.Cmd{
 		Path:   p.path,
 		Args:   p.spec.Command,
 		Env:    p.env,
 		Dir:    p.dir,
-		Stdout: p.stdout,
-		Stderr: p.stderr,
+		Stdout: stdout,
+		Stderr: stderr,
 		// Its own group: signals go to everything it started, and an agent
 		// stopped from a terminal (SIGINT to the foreground group) leaves it.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: d.credential(p.user)},
 	}
+	// From here the monitor reaps the shim whenever it ends: at once when
+	// the task does not start (its pipes close with the deferred Closes).
+	d.mu.Lock()
+	d.shims[shimPID] = struct{}{}
+	d.mu.Unlock()
+	d.kick()
 	var cg *cgroup.Group
 	if m := d.opts.Cgroups; m != nil {
 		var err error
@@ -561,7 +582,7 @@ func (p *Prepared) Start() (*Proc, error) {
 			return startErr(err)
 		}
 	}
-	err := cmd.Start()
+	err = cmd.Start()
 	release()
 	if err != nil {
 		return startErr(fmt.Errorf("start %s: %w", p.spec.Command[0], err))
@@ -576,7 +597,15 @@ func (p *Prepared) Start() (*Proc, error) {
 		// for d.mu), so /proc must have it.
 		d.log.Warn("cannot read the start time of a task process", "pid", pid, "err", err)
 	}
-	info := Info{PID: pid, StartTicks: st.startTicks, StartTime: now, LogDir: p.logDir}
+	shimSt, err := readStat(shimPID)
+	if err != nil {
+		// It may have ended already (the monitor reaps it under d.mu, so
+		// not yet): a zero start time then only means the task's end does
+		// not wait for it after a restart.
+		d.log.Warn("cannot read the start time of a log shim", "pid", shimPID, "err", err)
+	}
+	info := Info{PID: pid, StartTicks: st.startTicks, StartTime: now, LogDir: p.logDir,
+		LogShimPID: shimPID, LogShimStartTicks: shimSt.startTicks}
 	if cg != nil {
 		info.Cgroup = cg.Dirs()
 	}
@@ -584,11 +613,12 @@ func (p *Prepared) Start() (*Proc, error) {
 		info.Deadline = now.Add(time.Duration(p.spec.TimeoutSeconds) * time.Second)
 	}
 	proc := d.newProc(p.id, p.spec, info, true)
+	proc.shimChild = true
 	proc.cg = cg
 	d.procs[proc] = struct{}{}
 	p.started = true
 	d.kick()
-	d.log.Debug("task started", "id", p.id, "pid", pid, "command", p.spec.Command[0], "user", p.user.String())
+	d.log.Debug("task started", "id", p.id, "pid", pid, "logShim", shimPID, "command", p.spec.Command[0], "user", p.user.String())
 	return proc, nil
 }
 
@@ -599,6 +629,14 @@ func (d *Driver) Adopt(id string, spec *taskwire.Spec, info Info) *Proc {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	proc := d.newProc(id, spec, info, false)
+	if pid := info.LogShimPID; pid > 0 {
+		// Its log shim, still this process's child (the agent re-executed
+		// itself), is reaped by the monitor; any other is only watched.
+		if st, err := readStat(pid); err == nil && st.startTicks == info.LogShimStartTicks && isChild(pid) {
+			proc.shimChild = true
+			d.shims[pid] = struct{}{}
+		}
+	}
 	if len(info.Cgroup) > 0 {
 		// Found from the dirs, not from the driver's manager: an agent
 		// restarted without cgroups still kills what the attempt left.
@@ -657,6 +695,7 @@ type Proc struct {
 	timeout     time.Duration
 	cg          *cgroup.Group // the attempt's cgroup; nil without
 	memory      int64         // its memory limit, for the OOM message
+	shimChild   bool          // its log shim is this process's child, in d.shims
 
 	// Owned by the monitor.
 	oom       bool      // the kernel OOM-killed a process of the cgroup
@@ -664,6 +703,8 @@ type Proc struct {
 	killed    bool      // SIGKILL sent
 	cause     string    // why it is being stopped: taskwire.ReasonTimeout or taskwire.ReasonCancelled
 	nextCheck time.Time // of the logs, and of a non-child's liveness
+	exit      *Result   // its process ended so; waiting for its log shim
+	drainBy   time.Time // when to stop waiting for the log shim
 
 	// Guarded by d.mu.
 	cancel   bool
@@ -718,6 +759,10 @@ func (p *Proc) Detach() bool {
 	}
 	p.detached = true
 	delete(p.d.procs, p)
+	if p.shimChild {
+		// Left to whoever adopts p (an agent that re-executed itself).
+		delete(p.d.shims, p.info.LogShimPID)
+	}
 	return true
 }
 

@@ -269,21 +269,19 @@ func TestOneGoroutineForAllProcesses(t *testing.T) {
 
 func TestRotation(t *testing.T) {
 	const limit = 64 << 10
-	d := newDriver(t, Options{MaxLogBytes: limit, PollInterval: 10 * time.Millisecond})
+	d := newDriver(t, Options{MaxLogBytes: limit})
 	log := filepath.Join(d.TaskDir("task-rot-1"), StdoutFile)
-	// Write 100 KiB, wait for the monitor to rotate, then write the end.
-	// The rotation is over once the file was truncated, not when .1
-	// appears: an END written between the two would be truncated away. The
-	// task cannot see its logs (they are the agent's), so the test tells
-	// it to go on with a file in its dir. The loop's bound (testTimeout)
-	// only keeps a failing test from leaving it running.
+	// Write 100 KiB, see the log rotated, then write the end. The task
+	// cannot see its logs (they are the agent's), so the test tells it to
+	// go on with a file in its dir. The loop's bound (testTimeout) only
+	// keeps a failing test from leaving it running.
 	script := `head -c 102400 /dev/zero | tr '\0' a; i=0; ` +
 		`while [ ! -e go ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo END`
 	p := start(t, d, "task-rot-1", &taskwire.Spec{Command: []string{"sh", "-c", script}})
 	testkit.Eventually(t, testTimeout, func() string {
 		fi, err := os.Stat(log)
-		if _, err1 := os.Stat(log + ".1"); err1 != nil || err != nil || fi.Size() >= 102400 {
-			return "stdout.log has not been rotated"
+		if _, err1 := os.Stat(log + ".1"); err1 != nil || err != nil || fi.Size() != 102400-limit {
+			return "stdout.log has not been rotated, or not all written"
 		}
 		return ""
 	})
@@ -302,16 +300,14 @@ func TestRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The monitor may rotate in the middle of the writing: the old file is
-	// then what was written up to the copy, the rest is in the new one.
-	if len(old) < limit || strings.Trim(string(old), "a") != "" {
-		t.Errorf("stdout.log.1 has %d bytes, want at least %d, all of the first output", len(old), limit)
+	// The log shim filled the first file to the bound, then rotated it.
+	if len(old) != limit || strings.Trim(string(old), "a") != "" {
+		t.Errorf("stdout.log.1 has %d bytes, want %d, all of the first output", len(old), limit)
 	}
 	if n := len(old) + strings.Count(string(cur), "a"); n > 102400 {
 		t.Errorf("the two files hold %d bytes of the first output, more than the 102400 written", n)
 	}
-	// O_APPEND: after the truncation the process writes at the new end,
-	// not at its old offset (which would leave a hole of zeros).
+	// The rest of the output, and no hole of zeros.
 	if !strings.HasSuffix(string(cur), "END\n") || len(cur) >= limit || strings.ContainsRune(string(cur), 0) {
 		t.Errorf("stdout.log has %d bytes ending %q, want the end of the output, under %d bytes, no zeros", len(cur), cur[max(0, len(cur)-8):], limit)
 	}

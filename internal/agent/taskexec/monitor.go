@@ -53,6 +53,8 @@ func (d *Driver) monitor() {
 // when something wakes the monitor).
 func (d *Driver) scan(now time.Time) time.Time {
 	d.mu.Lock()
+	// Before the checks: a shim reaped here has written all it will.
+	d.reapShims()
 	procs := make([]*Proc, 0, len(d.procs))
 	for p := range d.procs {
 		procs = append(procs, p)
@@ -78,7 +80,33 @@ func (d *Driver) check(p *Proc, now time.Time) time.Time {
 		d.mu.Unlock()
 		return time.Time{}
 	}
-	if res, ended := p.ended(); ended {
+	if p.exit == nil {
+		if res, ended := p.ended(); ended {
+			p.exit = &res
+			p.drainBy = now.Add(logDrainTimeout)
+		}
+	}
+	if p.exit != nil {
+		// The process has ended; its end waits for its log shim to have
+		// written what it wrote, so that the report's tail holds its last
+		// output (a leftover process that keeps its stdout bounds the wait).
+		written := p.logsWritten()
+		if !written && now.Before(p.drainBy) {
+			d.mu.Unlock()
+			if p.shimChild {
+				return p.drainBy // or SIGCHLD, when the shim ends
+			}
+			if poll := now.Add(d.opts.PollInterval); poll.Before(p.drainBy) {
+				return poll
+			}
+			return p.drainBy
+		}
+		if !written {
+			d.log.Warn("a task ended while its output is still being written (a process it started holds its stdout or stderr); reporting its end without waiting longer",
+				"id", p.id, "pid", p.info.PID, "logShim", p.info.LogShimPID, "waited", logDrainTimeout)
+		}
+		res := *p.exit
+		res.Report.OutputTail = outputTail(p.info.LogDir, taskwire.MaxTailBytes)
 		// Marked before Done closes: whoever sees the end sees the mark.
 		d.markEnded(p.id)
 		p.finish(res)
@@ -113,19 +141,59 @@ func (d *Driver) check(p *Proc, now time.Time) time.Time {
 		}
 	}
 	d.mu.Unlock()
-	if !now.Before(p.nextCheck) {
-		// Out of the lock: a copy may take a while.
+	if !now.Before(p.nextCheck) && p.info.LogShimPID == 0 {
+		// An attempt an older agent started writes its log files itself:
+		// they are rotated here, by copy-truncate (see rotate). Out of the
+		// lock: a copy may take a while.
 		for _, name := range []string{StdoutFile, StderrFile} {
 			if err := rotate(filepath.Join(p.info.LogDir, name), d.opts.MaxLogBytes); err != nil {
 				d.log.Warn("cannot rotate a task log", "id", p.id, "file", name, "err", err)
 			}
 		}
+	}
+	if !now.Before(p.nextCheck) {
 		p.nextCheck = now.Add(d.opts.PollInterval)
 	}
 	if next.IsZero() || p.nextCheck.Before(next) {
 		next = p.nextCheck
 	}
 	return next
+}
+
+// logDrainTimeout bounds how long the end of an attempt waits for its log
+// shim once its process has ended.
+const logDrainTimeout = 5 * time.Second
+
+// logsWritten reports whether p's log shim has ended (or p has none): all
+// of p's output is in its log files. d.mu is held.
+func (p *Proc) logsWritten() bool {
+	pid := p.info.LogShimPID
+	if pid <= 0 {
+		return true
+	}
+	if p.shimChild {
+		_, running := p.d.shims[pid]
+		return !running
+	}
+	st, err := readStat(pid)
+	return err != nil || st.startTicks != p.info.LogShimStartTicks || st.state == 'Z' || st.state == 'X'
+}
+
+// reapShims reaps the log shims (children) that have ended. d.mu is held.
+func (d *Driver) reapShims() {
+	for pid := range d.shims {
+		for {
+			var si unix.Siginfo
+			err := unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOHANG, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil || si.Signo != 0 {
+				delete(d.shims, pid) // reaped, or not ours to reap (ECHILD)
+			}
+			break
+		}
+	}
 }
 
 // signal sends sig to p's group (to p alone if it leads none). An error
