@@ -15,7 +15,7 @@
 //	Ready, hub,      hubs      SetRegistered, SetConnected, SetDisconnected,
 //	phase Online,              SetUnconnected, SetNotResponding, SetResponding,
 //	phase Offline,             SetHeartbeat, SetHeartbeatTimeout, SetHubLost,
-//	reported facts             SetReported, SetCertificateExpiry
+//	reported facts             SetReported, SetCertificate
 //
 // The Ready condition and the phase go together on the hubs' side:
 //
