@@ -2,7 +2,6 @@ package hub
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -50,19 +49,11 @@ func CRL(cas []*pki.CA, revoked *corev1.ConfigMap, now time.Time) ([]byte, error
 		entries := byIssuer[ca.Cert.Subject.CommonName]
 		slices.SortFunc(entries, func(a, b x509.RevocationListEntry) int { return a.SerialNumber.Cmp(b.SerialNumber) })
 		entries = slices.CompactFunc(entries, func(a, b x509.RevocationListEntry) bool { return a.SerialNumber.Cmp(b.SerialNumber) == 0 })
-		tmpl := &x509.RevocationList{
-			RevokedCertificateEntries: entries,
-			// Increasing, as RFC 5280 asks of a CRL's number.
-			Number: big.NewInt(now.UnixNano()),
-			// Some minutes back, for a broker whose clock is behind.
-			ThisUpdate: now.Add(-5 * time.Minute),
-			NextUpdate: now.Add(CRLValidity),
-		}
-		der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.Cert, ca.Key)
+		crl, err := ca.SignCRL(entries, now, CRLValidity)
 		if err != nil {
-			return nil, fmt.Errorf("sign the CRL of CA %q: %w", ca.Cert.Subject.CommonName, err)
+			return nil, err
 		}
-		_ = pem.Encode(&out, &pem.Block{Type: "X509 CRL", Bytes: der})
+		out.Write(crl)
 	}
 	return out.Bytes(), nil
 }

@@ -100,6 +100,9 @@ type stack struct {
 	ca     *pki.CA
 	bridge *mqttbridge.Bridge
 	url    string // the broker
+	// mosquitto is the config directory of the mosquitto broker, and
+	// mosquittoPID the file holding its PID ("" for the embedded broker).
+	mosquitto, mosquittoPID string
 	layout topics.Layout
 	works  *works
 	sink   *sink
@@ -247,6 +250,10 @@ func (s *stack) startMosquitto() string {
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start mosquitto: %v", err)
+	}
+	s.mosquitto, s.mosquittoPID = cfg.Dir, filepath.Join(cfg.Dir, "mosquitto.pid")
+	if err := os.WriteFile(s.mosquittoPID, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
