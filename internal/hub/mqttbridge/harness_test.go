@@ -103,9 +103,9 @@ type stack struct {
 	// mosquitto is the config directory of the mosquitto broker, and
 	// mosquittoPID the file holding its PID ("" for the embedded broker).
 	mosquitto, mosquittoPID string
-	layout topics.Layout
-	works  *works
-	sink   *sink
+	layout                  topics.Layout
+	works                   *works
+	sink                    *sink
 }
 
 // startStack runs a hub and its bridge against kind's broker: "embedded"
