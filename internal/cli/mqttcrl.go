@@ -223,9 +223,10 @@ func (k *crlKeeper) watch(ctx context.Context, wc client.WithWatch, log *slog.Lo
 	tick := time.NewTicker(crlResync)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		sync()
+		// Watching before reading: a change between the two is not lost.
 		w, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(k.ns),
 			client.MatchingFields{"metadata.name": hub.RevokedKeysName})
+		sync()
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("watch the revocation list; retrying", "err", err, "retry", crlRetry)
