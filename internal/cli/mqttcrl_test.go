@@ -152,4 +152,3 @@ func TestCRLKeeperWatch(t *testing.T) {
 	f.revoke(t, "k2", "a2", "drover-ca")
 	testkit.Eventually(t, testkit.DefaultTimeout, want("a1", "a2"))
 }
-
