@@ -27,11 +27,11 @@ import (
 // A ConfigMap rather than a Secret: key hashes are not secret, and hubs
 // then need no Secret access for it. It is bounded: an entry goes once
 // every certificate it could name has expired (RevokedKey.Expires), and
-// RevokeKey refuses to grow it past MaxRevokedKeys.
+// RevokeKey refuses to grow it past MaxRevokedKeys or maxRevokedBytes.
 const RevokedKeysName = "drover-revoked-keys"
 
 // MaxRevokedKeys bounds the list, and maxRevokedBytes its size inside a
-// ConfigMap's 1 MiB: an entry is about 150 bytes, and 100 more for each
+// ConfigMap's 1 MiB: an entry is about 150 bytes, and 120 more for each
 // certificate it lists (at most maxRevokedCertificates). More revocations
 // within a certificate lifetime call for a new CA rather than a longer
 // list.
@@ -127,8 +127,9 @@ func RevocationFor(n *fleetv1.FleetNode, now time.Time) (key string, e RevokedKe
 
 // RevokeKey lists key in namespace's revocation list (creating it), drops
 // the entries that expired by now, and of a key listed twice keeps the
-// later expiry and every certificate (bounded). The CLI calls it for `drover revoke` before setting
-// spec.revoked, and hubs for nodes revoked otherwise (kubectl).
+// later expiry and every certificate (bounded). The CLI calls it for
+// `drover revoke` before setting spec.revoked, and hubs for nodes revoked
+// otherwise (kubectl).
 func RevokeKey(ctx context.Context, c client.Client, namespace, key string, e RevokedKey, now time.Time) error {
 	// Another writer may create the list first: then add to theirs.
 	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
