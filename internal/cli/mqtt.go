@@ -12,6 +12,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hubsetup"
 	"github.com/drover-fleet/drover/internal/mqtt/broker"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
+	"github.com/drover-fleet/drover/internal/pki"
 )
 
 // mqttOptions are the hub's MQTT flags.
@@ -69,8 +70,8 @@ func newMQTTCommand(g *globalOptions) *cobra.Command {
 	conf := &cobra.Command{
 		Use:   "mosquitto-config",
 		Short: "Write a Mosquitto configuration that enforces Drover's MQTT rules",
-		Long: `Write mosquitto.conf, an ACL file and a serving certificate signed by
-Drover's CA into --dir. The broker then admits only clients with a
+		Long: `Write mosquitto.conf, an ACL file, a serving certificate signed by
+Drover's CA and the CRL of revoked node certificates into --dir. The broker then admits only clients with a
 certificate from Drover's CA, takes the certificate's common name as the
 user and as the client id (so that no client can disconnect another by
 taking its id), and lets each node publish and subscribe only under its
@@ -78,7 +79,9 @@ own topics; the hub of each prefix (common name drover:hub:PREFIX) may use
 every topic under it, so hubs sharing the broker need one prefix each.
 Run it with
   mosquitto -c DIR/mosquitto.conf
-and start hubs with --mqtt-broker ssl://HOST:PORT.`,
+and start hubs with --mqtt-broker ssl://HOST:PORT. Keep the CRL current
+with drover mqtt crl --dir DIR --watch --pidfile MOSQUITTO_PID_FILE: the
+broker knows nothing of revocations but what the CRL lists.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var layouts []topics.Layout
@@ -97,15 +100,24 @@ and start hubs with --mqtt-broker ssl://HOST:PORT.`,
 			if err != nil {
 				return fmt.Errorf("read Drover's CA: %w", err)
 			}
-			path, err := broker.WriteMosquitto(ca, broker.MosquittoConfig{Dir: dir, Listen: listen, Hosts: hosts, Layouts: layouts, User: user, Validity: validity})
+			list, err := revokedList(cmd.Context(), c, ns)
+			if err != nil {
+				return err
+			}
+			crl, err := hub.CRL([]*pki.CA{ca}, list, time.Now())
+			if err != nil {
+				return err
+			}
+			path, err := broker.WriteMosquitto(ca, broker.MosquittoConfig{Dir: dir, Listen: listen, Hosts: hosts, Layouts: layouts, User: user, Validity: validity, CRL: crl})
 			if err != nil {
 				return err
 			}
 			cmd.Printf("Wrote %s. Run: mosquitto -c %s\n", path, path)
+			cmd.Printf("Keep its CRL current: drover mqtt crl --dir %s --watch --pidfile MOSQUITTO_PID_FILE\n", dir)
 			return nil
 		},
 	}
-	conf.Flags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace (holds the CA)")
+	conf.Flags().StringVar(&ns, "namespace", "drover-system", "Drover's namespace (holds the CA and the revocation list)")
 	conf.Flags().StringVar(&dir, "dir", "", "directory for the files (required)")
 	conf.Flags().StringVar(&listen, "listen", "0.0.0.0:8883", "the broker's TLS listener, host:port")
 	conf.Flags().StringSliceVar(&hosts, "hosts", nil, "names and IPs in the broker's certificate: what agents and hubs dial (default: the listen host, or 127.0.0.1 and localhost)")
@@ -113,6 +125,6 @@ and start hubs with --mqtt-broker ssl://HOST:PORT.`,
 	conf.Flags().StringVar(&user, "user", "", "system user Mosquitto runs as when started as root (its user option); it must read --dir")
 	conf.Flags().DurationVar(&validity, "validity", 365*24*time.Hour, "validity of the broker's certificate")
 	_ = conf.MarkFlagRequired("dir")
-	cmd.AddCommand(conf)
+	cmd.AddCommand(conf, newMQTTCRLCommand(g))
 	return cmd
 }

@@ -21,7 +21,7 @@
 //	Ready, hub,      hubs      SetRegistered, SetConnected, SetDisconnected,
 //	phase Online,              SetUnconnected, SetNotResponding, SetResponding,
 //	phase Offline,             SetHeartbeat, SetHeartbeatTimeout, SetHubLost,
-//	reported facts,            SetReported, SetCertificateExpiry
+//	reported facts,            SetReported, SetCertificate
 //	reportedLabels,
 //	reportedCapacity
 //

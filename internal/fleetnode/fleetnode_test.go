@@ -1,7 +1,11 @@
 package fleetnode
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"maps"
+	"math/big"
+	"slices"
 	"testing"
 	"time"
 
@@ -146,13 +150,70 @@ func TestSetReported(t *testing.T) {
 	}
 }
 
-func TestSetCertificateExpiry(t *testing.T) {
-	n := node(fleetv1.FleetNodePending, "")
-	if !SetCertificateExpiry(n, now.Add(time.Hour+time.Millisecond)) || !n.Status.CertificateExpiry.Time.Equal(now.Add(time.Hour)) {
-		t.Errorf("SetCertificateExpiry() set %v, want %v", n.Status.CertificateExpiry, now.Add(time.Hour))
+// cert is a certificate as SetCertificate reads it (unsigned).
+func cert(serial int64, notBefore time.Time, validity time.Duration) *x509.Certificate {
+	return &x509.Certificate{SerialNumber: big.NewInt(serial), Issuer: pkix.Name{CommonName: "drover-ca"},
+		NotBefore: notBefore.Add(-5 * time.Minute), NotAfter: notBefore.Add(validity)}
+}
+
+func serials(n *fleetv1.FleetNode) []string {
+	var out []string
+	for _, c := range n.Status.Certificates {
+		out = append(out, c.Serial)
 	}
-	if SetCertificateExpiry(n, now.Add(time.Hour)) {
-		t.Error("SetCertificateExpiry() of the same time = true, want false")
+	return out
+}
+
+func TestSetCertificate(t *testing.T) {
+	n := node(fleetv1.FleetNodePending, "")
+	c := cert(0xa1, now, time.Hour+time.Millisecond)
+	if !SetCertificate(n, c) || !n.Status.CertificateExpiry.Time.Equal(now.Add(time.Hour)) {
+		t.Errorf("SetCertificate() set expiry %v, want %v", n.Status.CertificateExpiry, now.Add(time.Hour))
+	}
+	want := fleetv1.NodeCertificate{Serial: "a1", Issuer: "drover-ca", NotAfter: metav1.NewTime(now.Add(time.Hour))}
+	if len(n.Status.Certificates) != 1 || n.Status.Certificates[0] != want {
+		t.Errorf("certificates %+v, want [%+v]", n.Status.Certificates, want)
+	}
+	if SetCertificate(n, c) {
+		t.Error("SetCertificate() of the same certificate = true, want false")
+	}
+}
+
+// TestSetCertificateIsBounded: renewing at two thirds of the lifetime
+// keeps the two unexpired certificates; a burst of signings keeps
+// MaxCertificates, the newest and those expiring last.
+func TestSetCertificateIsBounded(t *testing.T) {
+	const life = 7 * 24 * time.Hour
+	n := node(fleetv1.FleetNodePending, "")
+	at := now
+	for i := range int64(20) {
+		SetCertificate(n, cert(i+1, at, life))
+		at = at.Add(life * 2 / 3)
+	}
+	// Signed at 18·(2/3)life and 19·(2/3)life: 19's is the only other
+	// one unexpired when 20's was signed.
+	if got := serials(n); !slices.Equal(got, []string{"13", "14"}) {
+		t.Errorf("after 20 renewals: serials %v, want [13 14] (hex of 19, 20)", got)
+	}
+
+	n = node(fleetv1.FleetNodePending, "")
+	for i := range int64(10) {
+		// Each signed a minute after the last, for a shorter lifetime
+		// than the one before but the last.
+		validity := life - time.Duration(i)*time.Hour
+		if i == 9 {
+			validity = time.Hour
+		}
+		SetCertificate(n, cert(i+1, now.Add(time.Duration(i)*time.Minute), validity))
+		if len(n.Status.Certificates) > MaxCertificates {
+			t.Fatalf("after %d signings: %d certificates, more than %d", i+1, len(n.Status.Certificates), MaxCertificates)
+		}
+	}
+	if got := serials(n); !slices.Equal(got, []string{"1", "2", "3", "a"}) {
+		t.Errorf("after a burst: serials %v, want those expiring last and the newest: [1 2 3 a]", got)
+	}
+	if !n.Status.CertificateExpiry.Time.Equal(now.Add(9*time.Minute + time.Hour)) {
+		t.Errorf("expiry %v, want the newest certificate's", n.Status.CertificateExpiry)
 	}
 }
 

@@ -1,8 +1,10 @@
 package fleetnode
 
 import (
+	"crypto/x509"
 	"maps"
-	"time"
+	"math/big"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -83,16 +85,43 @@ func SetReported(n *fleetv1.FleetNode, info *Info) bool {
 	return changed
 }
 
-// SetCertificateExpiry records when the client certificate the hub just
-// signed for n expires.
-func SetCertificateExpiry(n *fleetv1.FleetNode, notAfter time.Time) bool {
-	t := stamp(notAfter)
-	if n.Status.CertificateExpiry.Equal(t) {
-		return false
+// MaxCertificates bounds status.certificates. Agents renew at two thirds
+// of a certificate's lifetime, so about two are unexpired at once; the
+// rest is room for retries.
+const MaxCertificates = 4
+
+// SetCertificate records the client certificate the hub just signed for n:
+// its expiry (status.certificateExpiry) and,
+// in status.certificates, its serial and issuer beside the others that may
+// still be valid. Certificates expired before cert was signed go, and past
+// MaxCertificates those that expire first. It reports whether anything
+// changed; the hub writes it in the status write of the signing.
+func SetCertificate(n *fleetv1.FleetNode, cert *x509.Certificate) bool {
+	changed := false
+	if t := stamp(cert.NotAfter); !n.Status.CertificateExpiry.Equal(t) {
+		n.Status.CertificateExpiry, changed = t, true
 	}
-	n.Status.CertificateExpiry = t
-	return true
+	serial := SerialHex(cert.SerialNumber)
+	certs := slices.DeleteFunc(slices.Clone(n.Status.Certificates), func(c fleetv1.NodeCertificate) bool {
+		return !c.NotAfter.After(cert.NotBefore) || c.Serial == serial
+	})
+	certs = append(certs, fleetv1.NodeCertificate{Serial: serial, Issuer: cert.Issuer.CommonName, NotAfter: *stamp(cert.NotAfter)})
+	if len(certs) > MaxCertificates {
+		// The newest stays last; of the others, those expiring last stay.
+		rest := certs[:len(certs)-1]
+		slices.SortStableFunc(rest, func(a, b fleetv1.NodeCertificate) int { return b.NotAfter.Compare(a.NotAfter.Time) })
+		certs = append(rest[:MaxCertificates-1], certs[len(certs)-1])
+	}
+	if !slices.EqualFunc(certs, n.Status.Certificates, func(a, b fleetv1.NodeCertificate) bool {
+		return a.Serial == b.Serial && a.Issuer == b.Issuer && a.NotAfter.Equal(&b.NotAfter)
+	}) {
+		n.Status.Certificates, changed = certs, true
+	}
+	return changed
 }
+
+// SerialHex is how a certificate serial is recorded: lowercase hex.
+func SerialHex(serial *big.Int) string { return serial.Text(16) }
 
 func capacityEqual(a, b corev1.ResourceList) bool {
 	if len(a) != len(b) {

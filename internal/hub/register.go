@@ -173,7 +173,7 @@ func (h *Hub) registerChecked(ctx context.Context, req *agentv1.RegisterRequest)
 				changed = fleetnode.SetRegistered(n, now, nodeInfo(req.GetInfo())).Changed
 			}
 			if cert != nil {
-				changed = fleetnode.SetCertificateExpiry(n, cert.NotAfter) || changed
+				changed = fleetnode.SetCertificate(n, cert) || changed
 			}
 			return changed
 		})

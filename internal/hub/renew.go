@@ -92,7 +92,7 @@ func (h *Hub) renew(ctx context.Context, p Peer, req *agentv1.RenewRequest) (*ag
 	// Recorded before the agent has it: a revocation lists the key until
 	// this expiry (RevocationFor).
 	h.writeStatusOn(ctx, node, &fn, "certificate", func(n *fleetv1.FleetNode) bool {
-		return fleetnode.SetCertificateExpiry(n, cert.NotAfter)
+		return fleetnode.SetCertificate(n, cert)
 	})
 	t := h.trust.Load()
 	h.log.Info("certificate renewed", "node", node, "expires", cert.NotAfter, "ca", cert.Issuer.CommonName)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/fleetnode"
 )
 
 // RevokedKeysName is the ConfigMap, in Drover's namespace, that lists the
@@ -24,13 +27,22 @@ import (
 // A ConfigMap rather than a Secret: key hashes are not secret, and hubs
 // then need no Secret access for it. It is bounded: an entry goes once
 // every certificate it could name has expired (RevokedKey.Expires), and
-// RevokeKey refuses to grow it past MaxRevokedKeys.
+// RevokeKey refuses to grow it past MaxRevokedKeys or maxRevokedBytes.
 const RevokedKeysName = "drover-revoked-keys"
 
-// MaxRevokedKeys bounds the list (about 150 bytes an entry, well inside a
-// ConfigMap's 1 MiB). More revocations within a certificate lifetime call
-// for a new CA rather than a longer list.
+// MaxRevokedKeys bounds the list, and maxRevokedBytes its size inside a
+// ConfigMap's 1 MiB: an entry is about 150 bytes, and 120 more for each
+// certificate it lists (at most maxRevokedCertificates). More revocations
+// within a certificate lifetime call for a new CA rather than a longer
+// list.
 const MaxRevokedKeys = 5000
+
+const maxRevokedBytes = 900 << 10
+
+// maxRevokedCertificates bounds the certificates one entry lists: a node
+// records at most fleetnode.MaxCertificates, and a key listed again (a
+// hub saw a certificate signed as it was revoked) may add some.
+const maxRevokedCertificates = 2 * fleetnode.MaxCertificates
 
 // DefaultCertificateValidity is how long the certificates hubs sign are
 // valid unless configured otherwise (Options.CertificateValidity). Agents
@@ -48,14 +60,51 @@ type RevokedKey struct {
 	// Expires is when the last certificate signed for the key expires; the
 	// entry is dropped after it.
 	Expires time.Time `json:"expires"`
+	// Certificates are the node's certificates that were unexpired when
+	// it was listed (status.certificates): a CRL names certificates by
+	// serial, not by key (`drover mqtt crl`).
+	Certificates []fleetv1.NodeCertificate `json:"certificates,omitempty"`
+}
+
+// covers reports whether e lists every certificate of o.
+func (e RevokedKey) covers(o RevokedKey) bool {
+	for _, c := range o.Certificates {
+		if !slices.ContainsFunc(e.Certificates, func(h fleetv1.NodeCertificate) bool { return sameCert(h, c) }) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameCert(a, b fleetv1.NodeCertificate) bool { return a.Serial == b.Serial && a.Issuer == b.Issuer }
+
+// merge adds o's certificates to e's, bounded to maxRevokedCertificates
+// (those expiring last stay), and keeps the later expiry.
+func (e RevokedKey) merge(o RevokedKey) RevokedKey {
+	certs := slices.Clone(e.Certificates)
+	for _, c := range o.Certificates {
+		if !slices.ContainsFunc(certs, func(h fleetv1.NodeCertificate) bool { return sameCert(h, c) }) {
+			certs = append(certs, c)
+		}
+	}
+	if len(certs) > maxRevokedCertificates {
+		slices.SortStableFunc(certs, func(a, b fleetv1.NodeCertificate) int { return b.NotAfter.Compare(a.NotAfter.Time) })
+		certs = certs[:maxRevokedCertificates]
+	}
+	e.Certificates = certs
+	if o.Expires.After(e.Expires) {
+		e.Expires = o.Expires
+	}
+	return e
 }
 
 // RevocationFor is the entry that revokes n's registered key at now, and
 // the key; ok is false when n has no recorded key (registered before keys
 // were, or never registered through a hub). The entry lasts until every
-// certificate signed for the key has expired: the later of the node's
-// recorded certificate expiry and now plus the default validity (a hub may
-// have signed one a moment ago and not recorded it yet).
+// certificate signed for the key has expired: the latest of the node's
+// recorded certificate expiries and now plus the default validity (a hub
+// may have signed one a moment ago and not recorded it yet). It lists the
+// node's recorded certificates that are unexpired at now.
 func RevocationFor(n *fleetv1.FleetNode, now time.Time) (key string, e RevokedKey, ok bool) {
 	key = n.Annotations[fleetv1.AnnotationRegistrationKey]
 	if key == "" {
@@ -65,13 +114,22 @@ func RevocationFor(n *fleetv1.FleetNode, now time.Time) (key string, e RevokedKe
 	if x := n.Status.CertificateExpiry; x != nil && x.After(e.Expires) {
 		e.Expires = x.UTC()
 	}
+	for _, c := range n.Status.Certificates {
+		if c.NotAfter.After(now) {
+			e.Certificates = append(e.Certificates, c)
+			if c.NotAfter.After(e.Expires) {
+				e.Expires = c.NotAfter.UTC()
+			}
+		}
+	}
 	return key, e, true
 }
 
 // RevokeKey lists key in namespace's revocation list (creating it), drops
-// the entries that expired by now, and keeps the later expiry of a key
-// listed twice. The CLI calls it for `drover revoke` before setting
-// spec.revoked, and hubs for nodes revoked otherwise (kubectl).
+// the entries that expired by now, and of a key listed twice keeps the
+// later expiry and every certificate (bounded). The CLI calls it for
+// `drover revoke` before setting spec.revoked, and hubs for nodes revoked
+// otherwise (kubectl).
 func RevokeKey(ctx context.Context, c client.Client, namespace, key string, e RevokedKey, now time.Time) error {
 	// Another writer may create the list first: then add to theirs.
 	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
@@ -91,24 +149,28 @@ func RevokeKey(ctx context.Context, c client.Client, namespace, key string, e Re
 		}
 		list := parseRevokedKeys(&cm, now)
 		changed := prune(list, now)
-		if have, ok := list[key]; !ok || e.Expires.After(have.Expires) {
-			if ok {
-				e.Revoked = have.Revoked
-			}
-			list[key] = e
-			changed = true
+		if have, ok := list[key]; !ok {
+			e.Certificates = RevokedKey{}.merge(e).Certificates // bounded
+			list[key], changed = e, true
+		} else if merged := have.merge(e); !reflect.DeepEqual(merged, have) {
+			list[key], changed = merged, true
 		}
 		if !changed {
 			return nil
 		}
+		full := fmt.Errorf("the revocation list %s/%s is full: rotate Drover's CA instead of revoking more nodes one by one", namespace, RevokedKeysName)
 		if len(list) > MaxRevokedKeys {
-			return fmt.Errorf("the revocation list %s/%s holds %d keys, its limit: rotate Drover's CA instead of revoking more nodes one by one",
-				namespace, RevokedKeysName, MaxRevokedKeys)
+			return fmt.Errorf("%w (%d keys)", full, MaxRevokedKeys)
 		}
 		cm.Data = map[string]string{}
+		size := 0
 		for k, v := range list {
 			b, _ := json.Marshal(v)
 			cm.Data[k] = string(b)
+			size += len(k) + len(b)
+		}
+		if size > maxRevokedBytes {
+			return fmt.Errorf("%w (%d bytes)", full, maxRevokedBytes)
 		}
 		if create {
 			return c.Create(ctx, &cm)
@@ -196,7 +258,9 @@ func (h *Hub) recordRevoked(ctx context.Context, nodes []fleetv1.FleetNode) {
 		if x := now.Add(h.opts.CertificateValidity).UTC().Truncate(time.Second); x.After(e.Expires) {
 			e.Expires = x
 		}
-		if _, listed, err := h.revokedKey(ctx, key); err != nil || listed {
+		// Listed already, unless a hub signed a certificate as the node
+		// was revoked: its serial goes on the list too.
+		if have, listed, err := h.revokedKey(ctx, key); err != nil || (listed && have.covers(e)) {
 			continue
 		}
 		if err := RevokeKey(ctx, h.opts.Client, h.opts.Namespace, key, e, now); err != nil {

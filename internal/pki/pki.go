@@ -347,3 +347,21 @@ func ParseCerts(b []byte) ([]*x509.Certificate, error) {
 		out = append(out, c)
 	}
 }
+
+// SignCRL signs a CRL revoking entries, valid from a few minutes before
+// now (for a peer whose clock is behind) for validity, and returns it in
+// PEM. Its number is now in nanoseconds: each newer CRL has a larger one,
+// as RFC 5280 asks.
+func (ca *CA) SignCRL(entries []x509.RevocationListEntry, now time.Time, validity time.Duration) ([]byte, error) {
+	tmpl := &x509.RevocationList{
+		RevokedCertificateEntries: entries,
+		Number:                    big.NewInt(now.UnixNano()),
+		ThisUpdate:                now.Add(-5 * time.Minute),
+		NextUpdate:                now.Add(validity),
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.Cert, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign the CRL of CA %q: %w", ca.Cert.Subject.CommonName, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}), nil
+}

@@ -129,6 +129,16 @@ type FleetNodeStatus struct {
 	// +optional
 	CertificateExpiry *metav1.Time `json:"certificateExpiry,omitempty"`
 
+	// certificates are the client certificates hubs signed for the node
+	// that may still be valid, the newest last: at most 4, those expired
+	// before the newest was signed dropped. A revocation copies them to
+	// the revocation list, from which `drover mqtt crl` writes the CRL an
+	// external broker checks.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	Certificates []NodeCertificate `json:"certificates,omitempty"`
+
 	// agentRevision is the last agent state revision the hub accepted.
 	// +optional
 	AgentRevision int64 `json:"agentRevision,omitempty"`
@@ -136,6 +146,18 @@ type FleetNodeStatus struct {
 	// observedGeneration is the spec generation the hub last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// NodeCertificate is a client certificate a hub signed for a node.
+type NodeCertificate struct {
+	// serial is the certificate's serial number, lowercase hex.
+	// +kubebuilder:validation:MaxLength=64
+	Serial string `json:"serial"`
+	// issuer is the common name of the CA that signed it: a CRL is per CA.
+	// +kubebuilder:validation:MaxLength=64
+	Issuer string `json:"issuer"`
+	// notAfter is when it expires.
+	NotAfter metav1.Time `json:"notAfter"`
 }
 
 // FleetNode is one machine registered with Drover: an edge node, robot,

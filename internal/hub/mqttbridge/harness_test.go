@@ -100,9 +100,12 @@ type stack struct {
 	ca     *pki.CA
 	bridge *mqttbridge.Bridge
 	url    string // the broker
-	layout topics.Layout
-	works  *works
-	sink   *sink
+	// mosquitto is the config directory of the mosquitto broker, and
+	// mosquittoPID the file holding its PID ("" for the embedded broker).
+	mosquitto, mosquittoPID string
+	layout                  topics.Layout
+	works                   *works
+	sink                    *sink
 }
 
 // startStack runs a hub and its bridge against kind's broker: "embedded"
@@ -248,6 +251,10 @@ func (s *stack) startMosquitto() string {
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start mosquitto: %v", err)
+	}
+	s.mosquitto, s.mosquittoPID = cfg.Dir, filepath.Join(cfg.Dir, "mosquitto.pid")
+	if err := os.WriteFile(s.mosquittoPID, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()

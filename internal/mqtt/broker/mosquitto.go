@@ -19,9 +19,11 @@ import (
 // MosquittoConfig describes a Mosquitto broker that enforces the same rules
 // as the embedded one: a TLS listener requiring a client certificate from
 // Drover's CA, the certificate's common name as the user and as the client
-// id (topics.MosquittoListenerAuth), and the ACL of topics.Layout.MosquittoACL.
+// id (topics.MosquittoListenerAuth), the ACL of topics.Layout.MosquittoACL,
+// and a CRL of the revoked node certificates.
 type MosquittoConfig struct {
-	// Dir receives mosquitto.conf, acl, ca.crt, server.crt and server.key. Required.
+	// Dir receives mosquitto.conf, acl, ca.crt, crl.pem, server.crt and
+	// server.key. Required.
 	Dir string
 	// Listen is host:port; an empty host listens on every address. Required.
 	Listen string
@@ -39,6 +41,9 @@ type MosquittoConfig struct {
 	User string
 	// Validity of the serving certificate. Default: 1 year.
 	Validity time.Duration
+	// CRL is crl.pem: a CRL (PEM) of each CA the broker trusts, as
+	// hub.CRL signs them. Default: ca's, revoking nothing.
+	CRL []byte
 }
 
 // WriteMosquitto writes the files of cfg, with a serving certificate signed
@@ -81,6 +86,11 @@ func WriteMosquitto(ca *pki.CA, cfg MosquittoConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if len(cfg.CRL) == 0 {
+		if cfg.CRL, err = ca.SignCRL(nil, time.Now(), cfg.Validity); err != nil {
+			return "", err
+		}
+	}
 	listener := "listener " + port
 	if host != "" {
 		listener += " " + host
@@ -109,7 +119,11 @@ set_tcp_nodelay true
 cafile %[4]s
 certfile %[5]s
 keyfile %[6]s
-%[8]s`, user, filepath.Join(dir, "acl"), listener, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), 4*protocol.MaxEnvelopeBytes, topics.MosquittoListenerAuth)
+# Revoked node certificates: rewritten by drover mqtt crl, which signals
+# Mosquitto (SIGHUP) to read it again. OpenSSL refuses every certificate
+# of a CA that has no CRL here, or whose CRL has expired.
+crlfile %[9]s
+%[8]s`, user, filepath.Join(dir, "acl"), listener, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), 4*protocol.MaxEnvelopeBytes, topics.MosquittoListenerAuth, filepath.Join(dir, CRLFile))
 	files := []struct {
 		name string
 		data []byte
@@ -121,6 +135,7 @@ keyfile %[6]s
 		// dropping root.
 		{"server.key", keyPEM, 0o640},
 		{"acl", []byte(acl.String()), 0o644},
+		{CRLFile, cfg.CRL, 0o644},
 		{"mosquitto.conf", []byte(conf), 0o644},
 	}
 	for _, f := range files {
