@@ -110,6 +110,14 @@ type Link interface {
 	Cancel(node, uid string) error
 	// Connected reports whether node has a stream open on this hub.
 	Connected(node string) bool
+	// Supports reports whether the agent of node, connected to this hub,
+	// named protocol feature when it opened its stream; false when node
+	// has no stream here. A feature whose items an older agent would
+	// misread or run unsafely checks it before it dispatches them and
+	// while it builds node's snapshot (WorkFor). The answer holds for the
+	// stream it was read from: an agent names its features on every
+	// connect, so a reconnect may change it.
+	Supports(node, feature string) bool
 	// HubName is the name of the hub, as FleetNode status shows it.
 	HubName() string
 	// Call dispatches item to node and waits for the first report of its
@@ -150,6 +158,8 @@ func (l link) Dispatch(node string, item *agentv1.WorkItem) error {
 func (l link) Cancel(node, uid string) error { return l.h.Cancel(node, uid) }
 func (l link) Connected(node string) bool    { return l.h.Connected(node) }
 func (l link) HubName() string               { return l.h.Name() }
+
+func (l link) Supports(node, feature string) bool { return l.h.Supports(node, feature) }
 
 func (l link) Call(ctx context.Context, node string, item *agentv1.WorkItem, done func(*agentv1.WorkStatus) bool) (*agentv1.WorkStatus, error) {
 	if err := l.owned("call", node, item); err != nil {

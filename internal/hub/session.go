@@ -37,6 +37,9 @@ type session struct {
 	// cert is Peer.Cert: the session ends when it expires or its CA is no
 	// longer trusted (watchNodes).
 	cert, root *x509.Certificate
+	// features are the protocol features the agent named when it opened
+	// the stream; fixed for the stream's life (Supports).
+	features []string
 	// wake has room for one signal: an event that may give the stream
 	// something to do (a queued envelope, a snapshot, a close) leaves one,
 	// and the stream's goroutine asks the Machine what next.
@@ -61,8 +64,10 @@ func newSession(p Peer, hubRev, agentRev uint64, features []string) *session {
 		key:  p.Key,
 		cert: p.Cert,
 		root: p.Root,
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		// A copy: the request's slice is not ours to keep.
+		features: slices.Clone(features),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
 		m: hubsession.New(hubsession.Config{
 			Node: node, HubRevision: hubRev, AgentRevision: agentRev,
 			Batching: slices.Contains(features, protocol.FeatureDispatchBatch),
@@ -368,6 +373,17 @@ func (h *Hub) Connected(node string) bool {
 	defer h.mu.Unlock()
 	_, ok := h.sessions[node]
 	return ok
+}
+
+// Supports reports whether node's stream on this hub was opened naming
+// protocol feature (GetMessageRequest.features); false when node has no
+// stream here. A reconnect may change the answer: an agent names its
+// features anew on every stream.
+func (h *Hub) Supports(node, feature string) bool {
+	h.mu.Lock()
+	s := h.sessions[node]
+	h.mu.Unlock()
+	return s != nil && slices.Contains(s.features, feature)
 }
 
 // Pending returns how many envelopes node has not acked yet.

@@ -93,6 +93,10 @@ func (h *recordingHub) Connected(node string) bool {
 
 func (h *recordingHub) HubName() string { return "test-hub" }
 
+// Supports is false: node jobs go to agents of any version (an old agent
+// must still take the upgrade that makes it new).
+func (h *recordingHub) Supports(string, string) bool { return false }
+
 func (h *recordingHub) Call(context.Context, string, *agentv1.WorkItem, func(*agentv1.WorkStatus) bool) (*agentv1.WorkStatus, error) {
 	return nil, errors.New("node jobs make no calls")
 }

@@ -40,8 +40,16 @@ type rawNode struct {
 	envs chan *agentv1.Envelope
 }
 
-// rawNode registers node with the fixture's hub and opens its stream.
+// rawNode registers node with the fixture's hub and opens its stream,
+// naming the features of a current agent.
 func (f *fixture) rawNode(node string) *rawNode {
+	f.t.Helper()
+	return f.rawNodeWith(node, []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs})
+}
+
+// rawNodeWith is rawNode whose stream names features (none: an agent
+// older than any of them).
+func (f *fixture) rawNodeWith(node string, features []string) *rawNode {
 	t := f.t
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -75,7 +83,7 @@ func (f *fixture) rawNode(node string) *rawNode {
 	n := &rawNode{t: t, name: node, c: agentv1.NewAgentHubClient(dial(t, f.addr, cfg)), envs: make(chan *agentv1.Envelope, 64)}
 
 	sctx, scancel := context.WithCancel(context.Background())
-	stream, err := n.c.GetMessage(sctx, &agentv1.GetMessageRequest{})
+	stream, err := n.c.GetMessage(sctx, &agentv1.GetMessageRequest{Features: features})
 	if err != nil {
 		scancel()
 		t.Fatal(err)
@@ -149,17 +157,7 @@ func (n *rawNode) waitFor(kind agentv1.Kind, uid string) {
 			if env.GetKind() != kind {
 				continue
 			}
-			var uids []string
-			switch kind {
-			case agentv1.Kind_KIND_DISPATCH:
-				uids = append(uids, env.GetDispatch().GetItem().GetUid())
-				for _, it := range env.GetDispatch().GetMore() {
-					uids = append(uids, it.GetUid())
-				}
-			case agentv1.Kind_KIND_CANCEL:
-				uids = append(uids, env.GetCancel().GetUid())
-			}
-			for _, u := range uids {
+			for _, u := range uidsIn(env) {
 				if u == uid {
 					return
 				}
@@ -168,6 +166,26 @@ func (n *rawNode) waitFor(kind agentv1.Kind, uid string) {
 			n.t.Fatalf("node %s got no %v of %s within %s", n.name, kind, uid, waitTimeout)
 		}
 	}
+}
+
+// uidsIn lists the work uids env carries: the items of a Dispatch or a
+// Snapshot, the uid of a Cancel.
+func uidsIn(env *agentv1.Envelope) []string {
+	var uids []string
+	switch env.GetKind() {
+	case agentv1.Kind_KIND_DISPATCH:
+		uids = append(uids, env.GetDispatch().GetItem().GetUid())
+		for _, it := range env.GetDispatch().GetMore() {
+			uids = append(uids, it.GetUid())
+		}
+	case agentv1.Kind_KIND_SNAPSHOT:
+		for _, it := range env.GetSnapshot().GetItems() {
+			uids = append(uids, it.GetUid())
+		}
+	case agentv1.Kind_KIND_CANCEL:
+		uids = append(uids, env.GetCancel().GetUid())
+	}
+	return uids
 }
 
 // scheduleOn creates a task and, as the manager does, schedules attempt 1

@@ -77,6 +77,10 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if had && prev.work == work {
 		return reconcile.Result{}, nil // sent; its Dispatching write is queued
 	}
+	if err := canRun(h, t.Status.NodeName); err != nil {
+		d.cannotSend(&t, err)
+		return reconcile.Result{}, nil
+	}
 	it, err := Item(&t)
 	if err != nil {
 		d.cannotSend(&t, err)
@@ -100,13 +104,17 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // cannotSend fails the current attempt of a task whose work item cannot
-// be built.
+// be built or must not go to its node's agent. The Failed write records a
+// Warning Event (failedEvent).
 func (d *Dispatcher) cannotSend(t *batchv1.Task, err error) {
-	d.log.Error("task cannot be sent", "task", client.ObjectKeyFromObject(t), "err", err)
 	reason := taskwire.ReasonStartError
-	if errors.Is(err, ErrSpecTooLarge) {
+	switch {
+	case errors.Is(err, ErrSpecTooLarge):
 		reason = ReasonSpecTooLarge
+	case errors.Is(err, ErrAgentTooOld):
+		reason = ReasonAgentTooOld
 	}
+	d.log.Error("task cannot be sent", "task", client.ObjectKeyFromObject(t), "node", t.Status.NodeName, "reason", reason, "err", err)
 	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, func(p *pending) {
 		p.reports = append(p.reports, report{phase: taskwire.PhaseFailed, reason: reason, r: taskwire.Report{Message: err.Error()}, full: true})
 	})

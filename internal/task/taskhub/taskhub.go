@@ -374,6 +374,27 @@ const MaxSpecBytes = 64 << 10
 // ReasonSpecTooLarge is the reason of a task whose work item is too large.
 const ReasonSpecTooLarge = "SpecTooLarge"
 
+// ReasonAgentTooOld is the reason of an attempt that was not sent because
+// its node's agent does not name taskwire.FeatureRunAs: such an agent
+// ignores the task's securityContext and runs every task as its own user,
+// usually root, whatever the NodeGrants allow.
+const ReasonAgentTooOld = "AgentTooOld"
+
+// ErrAgentTooOld is wrapped by the error of an attempt whose node's agent
+// is too old to run it (ReasonAgentTooOld).
+var ErrAgentTooOld = errors.New("agent too old")
+
+// canRun says why node's agent, connected through h, must get no task
+// item: nil when it names taskwire.FeatureRunAs. Only tasks are gated;
+// node jobs still reach an old agent, so that it can be upgraded.
+func canRun(h hub.Link, node string) error {
+	if h.Supports(node, taskwire.FeatureRunAs) {
+		return nil
+	}
+	return fmt.Errorf("%w: the agent of node %s is older than this hub and would run the task as its own user (it does not name the %s feature); upgrade it with a NodeUpgradeJob",
+		ErrAgentTooOld, node, taskwire.FeatureRunAs)
+}
+
 // ErrSpecTooLarge is wrapped by Item for a task over MaxSpecBytes.
 var ErrSpecTooLarge = errors.New("work item too large")
 
@@ -430,12 +451,18 @@ func (d *Dispatcher) Ready() bool { return d.synced.Load() }
 
 // WorkFor implements hub.Feature: the current attempt of every task on
 // node that is Scheduled, Dispatching or Running. The Scheduled ones are
-// written Dispatching, as this snapshot sends them.
+// written Dispatching, as this snapshot sends them. An agent too old to
+// run tasks safely (canRun) gets none: their attempts fail instead.
 func (d *Dispatcher) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkItem, error) {
 	if !d.synced.Load() {
 		// An empty list would make the agent cancel the tasks it runs.
 		return nil, errors.New("tasks are still loading; reconnect shortly")
 	}
+	h := d.getHub()
+	if h == nil {
+		return nil, errors.New("the task dispatcher is not attached to a hub yet; reconnect shortly")
+	}
+	tooOld := canRun(h, node)
 	var l batchv1.TaskList
 	if err := d.opts.Client.List(ctx, &l, client.MatchingFields{IndexNodeName: node}); err != nil {
 		return nil, fmt.Errorf("list tasks on node %s: %w", node, err)
@@ -444,6 +471,13 @@ func (d *Dispatcher) WorkFor(ctx context.Context, node string) ([]*agentv1.WorkI
 	for i := range l.Items {
 		t := &l.Items[i]
 		if !active(t) {
+			continue
+		}
+		if tooOld != nil {
+			// Also one that runs already (sent before the agent was
+			// replaced by an older one): the snapshot leaves it out, so
+			// the agent cancels it, and its attempt ends here.
+			d.cannotSend(t, tooOld)
 			continue
 		}
 		it, err := Item(t)
