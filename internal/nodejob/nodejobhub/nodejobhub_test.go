@@ -68,11 +68,16 @@ type recordingHub struct {
 	dispatched []string // node/uid/type
 	cancelled  []string // node/uid
 	specs      map[string][]byte
+	// failSend: Dispatch to these nodes fails with the error.
+	failSend map[string]error
 }
 
 func (h *recordingHub) Dispatch(node string, it *agentv1.WorkItem) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.failSend[node]; err != nil {
+		return err
+	}
 	h.dispatched = append(h.dispatched, node+"/"+it.GetUid()+"/"+it.GetType())
 	h.specs[it.GetUid()] = it.GetSpec()
 	return nil
@@ -114,6 +119,12 @@ func (h *recordingHub) has(list *[]string, want string) bool {
 // (0: the default).
 func start(t *testing.T, hold time.Duration) (*nodejobhub.Executor, *recordingHub, prometheus.Gatherer) {
 	t.Helper()
+	return startWith(t, hold, nil)
+}
+
+// startWith is start with the executor's client wrapped by wrap (nil: as is).
+func startWith(t *testing.T, hold time.Duration, wrap func(client.Client) client.Client) (*nodejobhub.Executor, *recordingHub, prometheus.Gatherer) {
+	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: &skip}})
@@ -125,8 +136,12 @@ func start(t *testing.T, hold time.Duration) (*nodejobhub.Executor, *recordingHu
 	if os.Getenv("DROVER_TEST_LOGS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	e := nodejobhub.New(nodejobhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, HoldInterval: hold, Logger: logger})
-	h := &recordingHub{connected: map[string]bool{"n1": true}, specs: map[string][]byte{}}
+	c := mgr.GetClient()
+	if wrap != nil {
+		c = wrap(c)
+	}
+	e := nodejobhub.New(nodejobhub.Options{Client: c, APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, HoldInterval: hold, Logger: logger})
+	h := &recordingHub{connected: map[string]bool{"n1": true}, specs: map[string][]byte{}, failSend: map[string]error{}}
 	e.Attach(h)
 	if err := e.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -373,7 +388,7 @@ func TestActionReportsWaitForThePhaseChangeOrTheTimeout(t *testing.T) {
 	h.mu.Unlock()
 	ctx := context.Background()
 	admitted := func(node string) opsv1.NodeTaskStatus {
-		now := metav1.Now()
+		now := metav1.NowMicro()
 		return opsv1.NodeTaskStatus{NodeName: node, Phase: opsv1.NodeTaskPhaseInProgress, Reason: "dispatched to hub x", UpdateTime: &now}
 	}
 	send := func(node, uid, phase string, r nodejobwire.Report) {
