@@ -47,7 +47,9 @@ type concurrentFlow struct {
 	resume func(ctx context.Context, w store.Work, report reportFunc) (string, string)
 }
 
-func (c concurrentFlow) Run(ctx context.Context, w store.Work) (string, string) { return c.run.Run(ctx, w) }
+func (c concurrentFlow) Run(ctx context.Context, w store.Work) (string, string) {
+	return c.run.Run(ctx, w)
+}
 
 func (c concurrentFlow) RunReporting(ctx context.Context, w store.Work, env Env) (string, string, string) {
 	phase, reason, message := withReports(env, func(report reportFunc) (string, string) { return c.run(ctx, w.UID, w.Spec, report) })

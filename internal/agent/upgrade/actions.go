@@ -22,11 +22,11 @@ type job struct {
 // again when cut short; Upgrade and RollBack resume from what they saved.
 func (j *job) actions() runner.Actions {
 	return runner.Actions{
-		nodejobwire.Check:               runner.ActionFunc(j.check),
-		nodejobwire.Confirm:             runner.ActionFunc(j.waitConfirmation),
-		nodejobwire.BackUp:              runner.ActionFunc(j.backUp),
-		nodejobwire.Upgrade:             runner.WithResume(j.upgrade, j.resumeUpgrade),
-		nodejobwire.RollBack:            runner.WithResume(j.rollBack, j.resumeRollBack),
+		nodejobwire.Check:    runner.ActionFunc(j.check),
+		nodejobwire.Confirm:  runner.ActionFunc(j.waitConfirmation),
+		nodejobwire.BackUp:   runner.ActionFunc(j.backUp),
+		nodejobwire.Upgrade:  runner.WithResume(j.upgrade, j.resumeUpgrade),
+		nodejobwire.RollBack: runner.WithResume(j.rollBack, j.resumeRollBack),
 	}
 }
 
