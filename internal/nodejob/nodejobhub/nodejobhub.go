@@ -3,7 +3,7 @@
 // connected to this hub, and writes the agents' reports back into the
 // slices in coalesced batches.
 //
-// A report that changes a node's phase, or puts it at WaitingConfirmation,
+// A report that changes a node's phase, or puts it at Confirm (waiting),
 // is written at the next flush (FlushInterval). Other action reports (an
 // action ended, the flow goes on) wait up to HoldInterval, or until half
 // the job's timeoutSeconds after the entry's last update if that is sooner,
@@ -60,7 +60,7 @@ type Options struct {
 	// FlushInterval is how long reports are gathered before a write. Default 250ms.
 	FlushInterval time.Duration
 	// HoldInterval is how long a report that changes neither the node's
-	// phase nor puts it at WaitingConfirmation may wait for the node's next
+	// phase nor puts it at Confirm may wait for the node's next
 	// write. Default 5s.
 	HoldInterval time.Duration
 	Logger       *slog.Logger
@@ -94,7 +94,7 @@ type report struct {
 // flush: they change its phase, or it waits for an operator.
 func urgent(rs []report) bool {
 	for _, rp := range rs {
-		if rp.phase != nodejobwire.PhaseRunning || rp.r.Action == nodejobwire.WaitingConfirmation {
+		if rp.phase != nodejobwire.PhaseRunning || nodejobwire.Waits(rp.r.Action) {
 			return true
 		}
 	}

@@ -230,12 +230,12 @@ func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 		r     nodejobwire.Report
 	}{
 		{nodejobwire.PhaseRunning, nodejobwire.Report{Action: nodejobwire.Check, Success: true, Time: now}},
-		{nodejobwire.PhaseRunning, nodejobwire.Report{Action: nodejobwire.WaitingConfirmation, Running: true, Time: now}},
+		{nodejobwire.PhaseRunning, nodejobwire.Report{Action: nodejobwire.Confirm, Running: true, Time: now}},
 	} {
 		e.WorkStatus(ctx, "n1", &agentv1.WorkStatus{Uid: uid, Phase: r.phase, Reason: r.r.Action, Message: nodejobwire.EncodeReport(r.r)})
 	}
 	testenv.Eventually(t, waitTimeout, "reports written", func(context.Context) (bool, error) {
-		if got := sliceEntry(t, s.Name, "n1"); got.Action != nodejobwire.WaitingConfirmation || len(got.ActionFlow) != 2 {
+		if got := sliceEntry(t, s.Name, "n1"); got.Action != nodejobwire.Confirm || len(got.ActionFlow) != 2 {
 			return false, fmt.Errorf("entry %+v", got)
 		}
 		return true, nil

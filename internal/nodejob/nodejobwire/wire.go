@@ -26,7 +26,7 @@ const (
 	TypeUpgrade = "nodejob-upgrade"
 	TypePrePull = "nodejob-prepull"
 	// TypeConfirm is dispatched, with uid ConfirmUID(upgrade uid), when an
-	// operator confirms a node waiting at WaitingConfirmation: an agent
+	// operator confirms a node waiting at Confirm: an agent
 	// applies a uid once, so confirmation is an item of its own, which the
 	// upgrade runner looks for in the agent DB.
 	TypeConfirm = "nodejob-confirm"
