@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 
 	"github.com/drover-fleet/drover/internal/agent/prepull"
+	"github.com/drover-fleet/drover/internal/agent/runner"
 	"github.com/drover-fleet/drover/internal/agent/upgrade"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
@@ -13,16 +15,66 @@ import (
 // nodeJobRunners are the runners of node jobs (seed 000): agent upgrades
 // and image pre-pulls. Both run their flows on internal/agent/runner, with
 // their actions persisted in db.
+//
+// Their items run beside the work loop (ConcurrentRunner), and their
+// actions take turns on one lane: an upgrade waiting up to a day at
+// Confirm gives the lane up, so the node's other node jobs (and every
+// other item) go on meanwhile, while two flows never change the machine at
+// once.
 func (a *Agent) nodeJobRunners(db *store.Store) map[string]Runner {
+	lane := runner.NewLane()
 	up := &upgrade.Runner{StateDir: a.opts.StateDir, DB: db, CurrentVersion: a.opts.Version, Connected: a.waitConnected,
-		Clock: a.opts.Clock, Logger: a.log.With("runner", "upgrade")}
+		Clock: a.opts.Clock, Logger: a.log.With("runner", "upgrade"), Lane: lane}
 	pp := &prepull.Runner{StoreDir: filepath.Join(a.opts.StateDir, "images"), DB: db, Clock: a.opts.Clock,
-		Logger: a.log.With("runner", "prepull")}
+		Logger: a.log.With("runner", "prepull"), Lane: lane}
+	pull := a.withCredentials(pp.Run)
 	return map[string]Runner{
 		// A resumed upgrade needs no credentials: it resumes past the download.
-		nodejobwire.TypeUpgrade: resumingFlow{run: a.withCredentials(up.Run), resume: up.ResumeItem},
-		nodejobwire.TypePrePull: a.withCredentials(pp.Run),
+		nodejobwire.TypeUpgrade: concurrentFlow{run: a.withCredentials(up.Run), resume: func(ctx context.Context, w store.Work, report reportFunc) (string, string) {
+			return up.ResumeItem(ctx, w.UID, report)
+		}},
+		// A pre-pull's actions are safe to repeat: resumed, it runs again
+		// from its records.
+		nodejobwire.TypePrePull: concurrentFlow{run: pull, resume: func(ctx context.Context, w store.Work, report reportFunc) (string, string) {
+			return pull(ctx, w.UID, w.Spec, report)
+		}},
 	}
+}
+
+// concurrentFlow runs a node job flow as a ConcurrentRunner.
+type concurrentFlow struct {
+	run    flowRunner
+	resume func(ctx context.Context, w store.Work, report reportFunc) (string, string)
+}
+
+func (c concurrentFlow) Run(ctx context.Context, w store.Work) (string, string) {
+	return c.run.Run(ctx, w)
+}
+
+func (c concurrentFlow) RunReporting(ctx context.Context, w store.Work, env Env) (string, string, string) {
+	phase, reason, message := withReports(env, func(report reportFunc) (string, string) { return c.run(ctx, w.UID, w.Spec, report) })
+	return ended(ctx, phase, reason, message)
+}
+
+func (c concurrentFlow) Resume(ctx context.Context, w store.Work, env Env) (string, string, string) {
+	phase, reason, message := withReports(env, func(report reportFunc) (string, string) { return c.resume(ctx, w, report) })
+	return ended(ctx, phase, reason, message)
+}
+
+func (concurrentFlow) RunsConcurrently() {}
+
+// ended is how a flow's item ends once its run returned: Cancelled when
+// the hub cancelled it, still Running (resumed after the next start: the
+// records make that safe) when the agent is stopping, else the flow's
+// verdict.
+func ended(ctx context.Context, phase, reason, message string) (string, string, string) {
+	switch {
+	case ctx.Err() == nil || phase == PhaseSucceeded:
+		return phase, reason, message
+	case errors.Is(context.Cause(ctx), ErrCancelled):
+		return PhaseCancelled, reason, message
+	}
+	return PhaseRunning, reason, message
 }
 
 // reportFunc is the progress callback of a node job's flow: phase is the
@@ -55,27 +107,7 @@ func (f flowRunner) RunReporting(ctx context.Context, w store.Work, env Env) (st
 	return withReports(env, func(report reportFunc) (string, string) { return f(ctx, w.UID, w.Spec, report) })
 }
 
-// resumingFlow is a flowRunner whose items outlive the agent process (an
-// upgrade re-execs the agent): an item found Running at start is resumed.
-type resumingFlow struct {
-	run    flowRunner
-	resume func(ctx context.Context, uid string, report reportFunc) (string, string)
-}
-
-func (r resumingFlow) Run(ctx context.Context, w store.Work) (string, string) {
-	return r.run.Run(ctx, w)
-}
-
-func (r resumingFlow) RunReporting(ctx context.Context, w store.Work, env Env) (string, string, string) {
-	return r.run.RunReporting(ctx, w, env)
-}
-
-func (r resumingFlow) Resume(ctx context.Context, w store.Work, env Env) (string, string, string) {
-	return withReports(env, func(report reportFunc) (string, string) { return r.resume(ctx, w.UID, report) })
-}
-
 var (
-	_ ReportingRunner = flowRunner(nil)
-	_ ReportingRunner = resumingFlow{}
-	_ Resumer         = resumingFlow{}
+	_ ReportingRunner  = flowRunner(nil)
+	_ ConcurrentRunner = concurrentFlow{}
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -160,11 +161,40 @@ func describeJob(ctx context.Context, w io.Writer, c client.Client, j opsv1.Node
 			upd = duration.HumanDuration(now.Sub(n.UpdateTime.Time)) + " ago"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.NodeName, n.Phase, orNone(n.Action), orNone(ver), upd, n.Reason)
+		for _, a := range n.ActionFlow {
+			fmt.Fprintf(tw, "    %s\n", actionLine(a))
+		}
 		for _, img := range n.ImageStatus {
 			fmt.Fprintf(tw, "    image %s\t%s\t\t\t\t%s\n", img.Image, img.Status, img.Reason)
 		}
 	}
 	return tw.Flush()
+}
+
+// actionLine is one record of a node's action flow: Confirm, for one,
+// shows when the node began to wait, when it was confirmed and by whom.
+func actionLine(a opsv1.ActionStatus) string {
+	state := map[string]string{"True": "succeeded", "False": "failed", "Unknown": "running"}[string(a.Status)]
+	if a.Status == "Unknown" && nodejobwire.Waits(a.Action) {
+		state = "waiting"
+	}
+	line := fmt.Sprintf("%-9s %-9s", a.Action, state)
+	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch {
+	case a.StartTime != nil:
+		line += fmt.Sprintf(" %s → %s", stamp(a.StartTime.Time), stamp(a.Time.Time))
+	case a.Status == "Unknown":
+		line += " since " + stamp(a.Time.Time)
+	default:
+		line += " at " + stamp(a.Time.Time)
+	}
+	if a.By != "" {
+		line += " by " + a.By
+	}
+	if a.Reason != "" {
+		line += ": " + a.Reason
+	}
+	return line
 }
 
 func newDescribeCommand(g *globalOptions) *cobra.Command {
@@ -276,7 +306,7 @@ func newWatchCommand(g *globalOptions) *cobra.Command {
 func newConfirmCommand(g *globalOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "confirm JOB [NODE...]",
-		Short: "Let a NodeUpgradeJob's nodes past WaitingConfirmation (all nodes, or those named)",
+		Short: "Let a NodeUpgradeJob's nodes past Confirm (all nodes, or those named); nodes record who confirmed",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -284,6 +314,7 @@ func newConfirmCommand(g *globalOptions) *cobra.Command {
 				return err
 			}
 			job := &opsv1.NodeUpgradeJob{}
+			by := whoAmI(cmd.Context(), c)
 			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				if err := c.Get(cmd.Context(), client.ObjectKey{Name: args[0]}, job); err != nil {
 					return err
@@ -293,6 +324,9 @@ func newConfirmCommand(g *globalOptions) *cobra.Command {
 				}
 				if job.Spec.Confirmed == nil {
 					job.Spec.Confirmed = &opsv1.Confirmation{}
+				}
+				if by != "" {
+					job.Spec.Confirmed.By = by
 				}
 				if len(args) == 1 {
 					job.Spec.Confirmed.All = true
@@ -324,6 +358,16 @@ func newConfirmCommand(g *globalOptions) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// whoAmI is the caller's user name as the apiserver sees it, or "" when
+// it will not say (SelfSubjectReview forbidden or absent).
+func whoAmI(ctx context.Context, c client.Client) string {
+	r := &authnv1.SelfSubjectReview{}
+	if err := c.Create(ctx, r); err != nil {
+		return ""
+	}
+	return r.Status.UserInfo.Username
 }
 
 func newAbortCommand(g *globalOptions) *cobra.Command {

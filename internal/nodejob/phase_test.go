@@ -73,7 +73,7 @@ func TestCount(t *testing.T) {
 
 func TestActionNamesMatchTheAPI(t *testing.T) {
 	pairs := map[string]string{
-		nodejobwire.Check: opsv1.ActionCheck, nodejobwire.WaitingConfirmation: opsv1.ActionWaitingConfirmation, nodejobwire.BackUp: opsv1.ActionBackUp,
+		nodejobwire.Check: opsv1.ActionCheck, nodejobwire.Confirm: opsv1.ActionConfirm, nodejobwire.WaitingConfirmation: opsv1.ActionWaitingConfirmation, nodejobwire.BackUp: opsv1.ActionBackUp,
 		nodejobwire.Upgrade: opsv1.ActionUpgrade, nodejobwire.RollBack: opsv1.ActionRollBack, nodejobwire.Pull: opsv1.ActionPull,
 	}
 	for a, b := range pairs {

@@ -44,9 +44,10 @@ type Result struct {
 // Step is the manager's part of running a job, without I/O. Over the
 // job's entries (any order) it, in this order:
 //
-//  1. marks Unknown the InProgress nodes that have not reported within the
-//     timeout of their last action (a node waiting for confirmation waits
-//     as long as it takes), so that one silent node never wedges the job;
+//  1. marks Unknown the InProgress nodes whose last update (the hub's
+//     receipt of their last report, to the microsecond) is strictly more
+//     than the timeout ago (a node waiting for confirmation waits as long
+//     as it takes), so that one silent node never wedges the job;
 //  2. if the job is aborted, fails the nodes that have not started;
 //  3. otherwise fails at once, with the reason, every Pending node that is
 //     missing, revoked, not approved or not connected to a hub (it would
@@ -55,7 +56,7 @@ type Result struct {
 //     dispatch them.
 func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[string]NodeState) Result {
 	var res Result
-	mtime := metav1.NewTime(now.Truncate(time.Second))
+	mtime := metav1.NewMicroTime(now.Truncate(time.Microsecond))
 	change := func(from opsv1.NodeTaskStatus, mutate func(*opsv1.NodeTaskStatus)) opsv1.NodeTaskStatus {
 		to := *from.DeepCopy()
 		mutate(&to)
@@ -69,7 +70,7 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 	for i, e := range entries {
 		switch e.Phase {
 		case opsv1.NodeTaskPhaseInProgress:
-			if e.Action == nodejobwire.WaitingConfirmation {
+			if waiting(e) {
 				inFlight++
 				continue
 			}
@@ -78,7 +79,7 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 				last = e.UpdateTime.Time
 			}
 			deadline := last.Add(in.Timeout)
-			if !now.Before(deadline) {
+			if now.Sub(last) > in.Timeout {
 				what := "dispatch"
 				if e.Action != "" {
 					what = "action " + e.Action
@@ -90,7 +91,8 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 				continue
 			}
 			inFlight++
-			if d := deadline.Sub(now); res.RecheckAfter == 0 || d < res.RecheckAfter {
+			// Just past the deadline: at it, the node is not late yet.
+			if d := deadline.Sub(now) + time.Millisecond; res.RecheckAfter == 0 || d < res.RecheckAfter {
 				res.RecheckAfter = d
 			}
 		case opsv1.NodeTaskPhasePending:
@@ -126,11 +128,21 @@ func Step(now time.Time, in Inputs, entries []opsv1.NodeTaskStatus, nodes map[st
 			t.Reason = "dispatched to hub " + n.Hub
 		})
 		inFlight++
-		if res.RecheckAfter == 0 || in.Timeout < res.RecheckAfter {
-			res.RecheckAfter = in.Timeout
+		if d := in.Timeout + time.Millisecond; res.RecheckAfter == 0 || d < res.RecheckAfter {
+			res.RecheckAfter = d
 		}
 	}
 	return res
+}
+
+// waiting reports whether e's running action waits for an operator
+// (Confirm, or an older agent's WaitingConfirmation).
+func waiting(e opsv1.NodeTaskStatus) bool {
+	if n := len(e.ActionFlow); n > 0 {
+		last := e.ActionFlow[n-1]
+		return nodejobwire.Waits(last.Action) && last.Status == metav1.ConditionUnknown
+	}
+	return nodejobwire.Waits(e.Action)
 }
 
 func unfit(name string, n NodeState) string {
@@ -165,7 +177,7 @@ func (c Change) Apply(e *opsv1.NodeTaskStatus) bool {
 	return true
 }
 
-func sameTime(a, b *metav1.Time) bool {
+func sameTime(a, b *metav1.MicroTime) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}

@@ -38,6 +38,9 @@ func (p JobPhase) Final() bool { return p == JobPhaseCompleted || p == JobPhaseF
 //	                 ├───────► Failure
 //	                 └───────► Unknown (no report within timeoutSeconds)
 //
+// An Unknown node whose report arrives while the job is not final follows
+// the report again (the timeout's reason is cleared).
+//
 // +kubebuilder:validation:Enum=Pending;InProgress;Successful;Failure;Unknown
 type NodeTaskPhase string
 
@@ -139,7 +142,7 @@ type JobExecution struct {
 
 // ActionStatus records one action of a node's flow.
 type ActionStatus struct {
-	// action is the action's name, e.g. Check, BackUp, Upgrade, RollBack, Pull.
+	// action is the action's name, e.g. Check, Confirm, BackUp, Upgrade, RollBack, Pull.
 	// +kubebuilder:validation:MaxLength=64
 	Action string `json:"action"`
 	// status is True when the action succeeded, False when it failed, Unknown while it runs.
@@ -150,6 +153,14 @@ type ActionStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// time is when the action ended (or started, while it runs).
 	Time metav1.Time `json:"time"`
+	// startTime is when the action started, once it ended after running
+	// for a while (e.g. Confirm: when the node began to wait).
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// by is who let the action go on (Confirm: who confirmed).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	By string `json:"by,omitempty"`
 }
 
 // ImageStatus is the result of pulling one image on one node.
@@ -198,9 +209,10 @@ type NodeTaskStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	ImageStatus []ImageStatus `json:"imageStatus,omitempty"`
-	// updateTime is when this entry last changed.
+	// updateTime is when this entry last changed: for a report, when the
+	// hub received it. Microseconds: the manager's timeout counts from it.
 	// +optional
-	UpdateTime *metav1.Time `json:"updateTime,omitempty"`
+	UpdateTime *metav1.MicroTime `json:"updateTime,omitempty"`
 }
 
 // NodeTaskCounts counts a job's nodes by task phase.

@@ -36,8 +36,10 @@ type ImagePrePullJobSpec struct {
 
 	// imageSecretRef names a Secret of type kubernetes.io/dockerconfigjson
 	// with the registry credentials. Hubs send each node only the
-	// credentials of the registries its images are on.
+	// credentials of the registries its images are on. Both name and
+	// namespace are required: the job is cluster-scoped.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="has(self.name) && size(self.name) > 0 && has(self.__namespace__) && size(self.__namespace__) > 0",message="imageSecretRef needs a name and a namespace"
 	ImageSecretRef *corev1.SecretReference `json:"imageSecretRef,omitempty"`
 
 	// retryTimes is how often a failed pull of one image is retried on a node.

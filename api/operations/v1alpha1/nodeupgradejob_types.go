@@ -7,7 +7,13 @@ import (
 
 // Actions of an upgrade, in flow order (see internal/nodejob/nodejobwire).
 const (
-	ActionCheck               = "Check"
+	ActionCheck = "Check"
+	// ActionConfirm waits for `drover confirm` (requireConfirmation): its
+	// record starts when the node begins to wait and ends when it is
+	// confirmed, naming who confirmed.
+	ActionConfirm = "Confirm"
+	// ActionWaitingConfirmation is what agents before Confirm reported
+	// while they waited; still understood.
 	ActionWaitingConfirmation = "WaitingConfirmation"
 	ActionBackUp              = "BackUp"
 	ActionUpgrade             = "Upgrade"
@@ -35,8 +41,10 @@ type AgentArtifact struct {
 	// imageSecretRef names a Secret of type kubernetes.io/dockerconfigjson
 	// with the credentials of image's registry (absent: anonymous pull).
 	// Hubs read it (see config/rbac's drover-hub-image-pull-secrets) and
-	// send the nodes only that registry's entry.
+	// send the nodes only that registry's entry. Both name and namespace
+	// are required: the job is cluster-scoped.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="has(self.name) && size(self.name) > 0 && has(self.__namespace__) && size(self.__namespace__) > 0",message="imageSecretRef needs a name and a namespace"
 	ImageSecretRef *corev1.SecretReference `json:"imageSecretRef,omitempty"`
 
 	// sha256 is the hex SHA-256 digest of the binary.
@@ -55,6 +63,12 @@ type Confirmation struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +kubebuilder:validation:items:MaxLength=253
 	NodeNames []string `json:"nodeNames,omitempty"`
+	// by is who confirmed last, as `drover confirm` found the caller's
+	// user name; nodes record it in their Confirm action. It is what the
+	// writer says: the apiserver's audit log is the proof.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	By string `json:"by,omitempty"`
 }
 
 // NodeUpgradeJobSpec says which nodes run which drover-agent version.

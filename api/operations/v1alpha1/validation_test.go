@@ -96,6 +96,16 @@ func TestSchemaValidation(t *testing.T) {
 		j.Spec.Artifact.ImageSecretRef = &corev1.SecretReference{Namespace: "default", Name: "pull"}
 	}), "imageSecretRef is for an image artifact")
 	add("valid pre-pull by labels", prePullJob("", nil), "")
+	add("pre-pull credentials without a namespace", prePullJob("", func(j *opsv1.ImagePrePullJob) {
+		j.Spec.ImageSecretRef = &corev1.SecretReference{Name: "pull"}
+	}), "imageSecretRef needs a name and a namespace")
+	add("upgrade credentials without a namespace", upgradeJob("", func(j *opsv1.NodeUpgradeJob) {
+		j.Spec.Artifact = opsv1.AgentArtifact{Image: "localhost:5000/drover/agent:v1.2.3", SHA256: digest,
+			ImageSecretRef: &corev1.SecretReference{Name: "pull"}}
+	}), "imageSecretRef needs a name and a namespace")
+	add("pre-pull credentials with a namespace", prePullJob("", func(j *opsv1.ImagePrePullJob) {
+		j.Spec.ImageSecretRef = &corev1.SecretReference{Name: "pull", Namespace: "default"}
+	}), "")
 	for i, v := range injections {
 		add(fmt.Sprintf("version injection %d", i), upgradeJob("", func(j *opsv1.NodeUpgradeJob) { j.Spec.Version = v }), "spec.version")
 		add(fmt.Sprintf("image injection %d", i), prePullJob("", func(j *opsv1.ImagePrePullJob) { j.Spec.Images = []string{"nginx:" + strings.TrimPrefix(v, "v")} }), "spec.images")

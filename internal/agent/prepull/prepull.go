@@ -74,6 +74,9 @@ type Runner struct {
 	Logger *slog.Logger
 	// Clock stamps reports and times retries; default clock.Real().
 	Clock clock.Clock
+	// Lane, shared with the node's other node-job runners, runs one action
+	// at a time across their flows. Nil: no sharing.
+	Lane *runner.Lane
 }
 
 func (r *Runner) setup() error {
@@ -104,7 +107,7 @@ func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Report
 	if err := r.setup(); err != nil {
 		return nodejobwire.PhaseFailed, err.Error()
 	}
-	fr, err := runner.New(runner.Options{Store: r.DB, Clock: r.Clock})
+	fr, err := runner.New(runner.Options{Store: r.DB, Clock: r.Clock, Lane: r.Lane})
 	if err != nil {
 		return nodejobwire.PhaseFailed, err.Error()
 	}

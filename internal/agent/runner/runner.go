@@ -127,6 +127,9 @@ type Options struct {
 	Store Store
 	// Clock stamps reports; default clock.Real().
 	Clock clock.Clock
+	// Lane, when set, runs one action at a time across the flows that
+	// share it; an action gives it up while it waits (Step.Wait).
+	Lane *Lane
 }
 
 // Runner runs flows. It holds no state of its own between calls: the
@@ -134,6 +137,7 @@ type Options struct {
 type Runner struct {
 	store Store
 	clock clock.Clock
+	lane  *Lane
 }
 
 // New returns a Runner.
@@ -141,7 +145,7 @@ func New(o Options) (*Runner, error) {
 	if o.Store == nil {
 		return nil, errors.New("action-flow runner: Options.Store is required")
 	}
-	return &Runner{store: o.Store, clock: clock.Or(o.Clock)}, nil
+	return &Runner{store: o.Store, clock: clock.Or(o.Clock), lane: o.Lane}, nil
 }
 
 // Run runs (or resumes) flow f of work item uid with actions, reporting
@@ -202,6 +206,11 @@ func deref(e *End) End {
 func (r *Runner) step(ctx context.Context, uid string, d Decision, recs Records, actions Actions, report ReportFunc) (*End, error) {
 	name := d.Action.Name
 	rec := d.Record
+	if err := r.lane.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("%s interrupted: %w", name, err)
+	}
+	s := &Step{UID: uid, Action: name, Record: rec, Resumed: d.Kind == ResumeAction, recs: recs, r: r, report: report, holds: true}
+	defer s.releaseLane()
 	if d.Kind == StartAction {
 		// Before the action: a crash from here on finds it Running.
 		rec = store.Action{UID: uid, Action: name, State: store.ActionRunning}
@@ -209,8 +218,8 @@ func (r *Runner) step(ctx context.Context, uid string, d Decision, recs Records,
 			return nil, err
 		}
 		recs[name] = rec
+		s.Record = rec
 	}
-	s := &Step{UID: uid, Action: name, Record: rec, Resumed: d.Kind == ResumeAction, recs: recs, r: r, report: report}
 	var (
 		out Outcome
 		err error
@@ -268,6 +277,15 @@ type Step struct {
 	recs   Records
 	r      *Runner
 	report ReportFunc
+	// holds: the action holds the runner's lane.
+	holds bool
+}
+
+func (s *Step) releaseLane() {
+	if s.holds {
+		s.holds = false
+		s.r.lane.release()
+	}
 }
 
 // Recorded returns the record of another action of the flow.
@@ -287,8 +305,11 @@ func (s *Step) Save(ctx context.Context, data []byte) error {
 	return nil
 }
 
-// Wait reports that the action waits, with reason.
+// Wait reports that the action waits, with reason, and gives up the
+// runner's lane for the rest of the action: it waits for an operator, not
+// for the machine, and the flows sharing the lane go on meanwhile.
 func (s *Step) Wait(ctx context.Context, reason string) error {
+	s.releaseLane()
 	rep := Report{UID: s.UID, Action: s.Action, Success: true, Waiting: true, Reason: reason, Result: nodejobwire.Running, Time: s.r.clock.Now()}
 	if err := s.report(ctx, rep); err != nil {
 		return fmt.Errorf("report %s: %w", s.Action, err)

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 
@@ -17,15 +18,15 @@ type job struct {
 	specErr error
 }
 
-// actions: Check, WaitingConfirmation and BackUp change nothing and run
+// actions: Check, Confirm and BackUp change nothing and run
 // again when cut short; Upgrade and RollBack resume from what they saved.
 func (j *job) actions() runner.Actions {
 	return runner.Actions{
-		nodejobwire.Check:               runner.ActionFunc(j.check),
-		nodejobwire.WaitingConfirmation: runner.ActionFunc(j.waitConfirmation),
-		nodejobwire.BackUp:              runner.ActionFunc(j.backUp),
-		nodejobwire.Upgrade:             runner.WithResume(j.upgrade, j.resumeUpgrade),
-		nodejobwire.RollBack:            runner.WithResume(j.rollBack, j.resumeRollBack),
+		nodejobwire.Check:    runner.ActionFunc(j.check),
+		nodejobwire.Confirm:  runner.ActionFunc(j.waitConfirmation),
+		nodejobwire.BackUp:   runner.ActionFunc(j.backUp),
+		nodejobwire.Upgrade:  runner.WithResume(j.upgrade, j.resumeUpgrade),
+		nodejobwire.RollBack: runner.WithResume(j.rollBack, j.resumeRollBack),
 	}
 }
 
@@ -55,22 +56,38 @@ func (j *job) backUp(context.Context, *runner.Step) (runner.Outcome, error) {
 // waitConfirmation holds the flow until the job is confirmed for this node:
 // the hub dispatches an item with uid nodejobwire.ConfirmUID(uid), which the agent
 // stores while this item runs (or a spec says Confirmed). It polls the DB
-// every ConfirmPoll, for at most ConfirmTimeout. Stopped, it records no end:
-// a later Run waits again.
+// every ConfirmPoll, for at most ConfirmTimeout. While it waits it gives up
+// the node-job lane (Step.Wait): the node's other node jobs go on. Its end
+// names who confirmed (the confirmation's ConfirmSpec.By). Stopped, it
+// records no end: a later Run waits again.
 func (j *job) waitConfirmation(ctx context.Context, st *runner.Step) (runner.Outcome, error) {
 	if j.specErr != nil {
 		return runner.Fail(j.specErr.Error(), nil), nil
 	}
 	r := j.r
+	var by string
 	confirmed := func() (bool, error) {
 		if j.s.Confirmed {
 			return true, nil
 		}
-		_, found, err := r.DB.Work(ctx, nodejobwire.ConfirmUID(st.UID))
+		w, found, err := r.DB.Work(ctx, nodejobwire.ConfirmUID(st.UID))
+		if found {
+			var c nodejobwire.ConfirmSpec
+			_ = json.Unmarshal(w.Spec, &c) // the hub's JSON; without it, who is unknown
+			by = nodejobwire.Clip(c.By, 253)
+		}
 		return found, err
 	}
+	ok := func() runner.Outcome {
+		reason := "confirmed"
+		if by != "" {
+			reason = "confirmed by " + by
+		}
+		data, _ := json.Marshal(nodejobwire.ConfirmSpec{By: by})
+		return runner.OK(reason, data)
+	}
 	if yes, err := confirmed(); err != nil || yes {
-		return runner.OK("confirmed", nil), err
+		return ok(), err
 	}
 	if err := st.Wait(ctx, "waiting for confirmation"); err != nil {
 		return runner.Outcome{}, err
@@ -87,7 +104,7 @@ func (j *job) waitConfirmation(ctx context.Context, st *runner.Step) (runner.Out
 			return runner.Fail(fmt.Sprintf("not confirmed within %s", r.ConfirmTimeout), nil), nil
 		case <-tick.Chan():
 			if yes, err := confirmed(); err != nil || yes {
-				return runner.OK("confirmed", nil), err
+				return ok(), err
 			}
 		}
 	}

@@ -1,5 +1,5 @@
 // Package upgrade runs a node job's upgrade flow on drover-agent itself
-// (KubeEdge's NodeUpgradeJob, seed 000): Check → [WaitingConfirmation] →
+// (KubeEdge's NodeUpgradeJob, seed 000): Check → [Confirm] →
 // BackUp → Upgrade, and RollBack when Upgrade fails.
 //
 // # Why
@@ -9,7 +9,7 @@
 // agent's action-flow runner (internal/agent/runner), which records every
 // action before and after it runs: a finished action is never run again,
 // only re-reported if its report did not reach the outbox. Check,
-// WaitingConfirmation and BackUp change nothing and run again when cut
+// Confirm and BackUp change nothing and run again when cut
 // short; Upgrade and RollBack resume from what they saved (an Upgrade
 // interrupted before its swap fails, so that RollBack runs).
 //
@@ -33,7 +33,7 @@
 // agent is connected). Resume does the same for every flow Interrupted
 // lists, items or not. Items of type nodejobwire.TypeConfirm need a runner
 // that just succeeds (Run finds them in the DB by uid while it waits at
-// WaitingConfirmation).
+// Confirm).
 //
 // # What not
 //
@@ -110,10 +110,10 @@ type Runner struct {
 	// Connected blocks until the agent is connected to a hub, or ctx ends.
 	// Resume needs it; without it a new binary is never confirmed.
 	Connected func(ctx context.Context) error
-	// ConfirmPoll is how often WaitingConfirmation looks for the job's
+	// ConfirmPoll is how often Confirm looks for the job's
 	// confirmation item in the DB; default DefaultConfirmPoll.
 	ConfirmPoll time.Duration
-	// ConfirmTimeout bounds WaitingConfirmation (it then fails); default
+	// ConfirmTimeout bounds Confirm (it then fails); default
 	// DefaultConfirmTimeout.
 	ConfirmTimeout time.Duration
 	// Check runs the pre-checks; default checks.Checker on Clock.
@@ -123,6 +123,10 @@ type Runner struct {
 	// Clock is the clock of reports, deadlines and confirmation polls;
 	// default clock.Real().
 	Clock clock.Clock
+	// Lane, shared with the node's other node-job runners, runs one action
+	// at a time across their flows; Confirm gives it up while it waits.
+	// Nil: no sharing.
+	Lane *runner.Lane
 }
 
 func (r *Runner) setup() error {
@@ -206,7 +210,7 @@ func (p pending) encode() []byte {
 
 // Run runs (or resumes) the flow of work item uid with spec (the JSON of a
 // nodejobwire.UpgradeSpec) and returns nodejobwire.PhaseSucceeded or nodejobwire.PhaseFailed
-// with a reason. At WaitingConfirmation it blocks until the hub's
+// with a reason. At Confirm it blocks until the hub's
 // confirmation item (nodejobwire.ConfirmUID(uid)) is in the DB, ctx ends or
 // ConfirmTimeout passes. When it swaps the binary the process is replaced
 // (Exec) and Run does not return; the new process calls Resume. (With a
@@ -229,7 +233,7 @@ func (r *Runner) Run(ctx context.Context, uid string, spec []byte, report Report
 
 // run runs f for uid on the action-flow runner.
 func (r *Runner) run(ctx context.Context, uid string, f *nodejobwire.Flow, j *job, report Reporter) (string, string) {
-	fr, err := runner.New(runner.Options{Store: r.DB, Clock: r.Clock})
+	fr, err := runner.New(runner.Options{Store: r.DB, Clock: r.Clock, Lane: r.Lane})
 	if err != nil {
 		return nodejobwire.PhaseFailed, err.Error()
 	}
@@ -251,6 +255,10 @@ func wireReport(rep runner.Report) nodejobwire.Report {
 		w.CurrentVersion, w.HistoricVersion = p.To, p.From
 	case rep.Action == nodejobwire.RollBack && rep.Success:
 		w.CurrentVersion, w.HistoricVersion = p.From, p.To
+	case rep.Action == nodejobwire.Confirm && rep.Success && !rep.Waiting:
+		var c nodejobwire.ConfirmSpec
+		_ = json.Unmarshal(rep.Data, &c) // our own JSON
+		w.By = c.By
 	}
 	return w
 }
@@ -384,7 +392,7 @@ func (r *Runner) rollBack(ctx context.Context, st *runner.Step, p pending) (runn
 }
 
 // Interrupted returns the uids whose upgrade flow a restart interrupted
-// (an action Running other than WaitingConfirmation): Resume finishes them,
+// (an action Running other than Confirm): Resume finishes them,
 // so the agent core must neither fail nor re-run them itself.
 func (r *Runner) Interrupted(ctx context.Context) ([]string, error) {
 	rows, err := r.DB.ActionsInState(ctx, store.ActionRunning)
@@ -394,7 +402,7 @@ func (r *Runner) Interrupted(ctx context.Context) ([]string, error) {
 	var uids []string
 	seen := map[string]bool{}
 	for _, a := range rows {
-		if a.Action == nodejobwire.WaitingConfirmation || seen[a.UID] {
+		if a.Action == nodejobwire.Confirm || seen[a.UID] {
 			continue
 		}
 		seen[a.UID] = true
@@ -426,7 +434,7 @@ func (r *Runner) isUpgrade(ctx context.Context, uid string) (bool, error) {
 	}
 	for _, a := range rows {
 		switch a.Action {
-		case nodejobwire.BackUp, nodejobwire.Upgrade, nodejobwire.RollBack, nodejobwire.WaitingConfirmation:
+		case nodejobwire.BackUp, nodejobwire.Upgrade, nodejobwire.RollBack, nodejobwire.Confirm:
 			return true, nil
 		}
 	}
@@ -457,7 +465,7 @@ func (r *Runner) Resume(ctx context.Context, reporter func(uid string) Reporter)
 }
 
 // resume finishes uid's interrupted flow. No spec here: Check,
-// WaitingConfirmation and BackUp, which need it, fail if they were the ones
+// Confirm and BackUp, which need it, fail if they were the ones
 // interrupted (nothing changed yet).
 func (r *Runner) resume(ctx context.Context, uid string, report Reporter) (string, string) {
 	return r.run(ctx, uid, nodejobwire.UpgradeFlow(false), &job{r: r, specErr: errors.New("the agent restarted during this action")}, report)
@@ -476,7 +484,7 @@ func (r *Runner) ResumeItem(ctx context.Context, uid string, report Reporter) (p
 		return nodejobwire.PhaseFailed, "resume the upgrade: " + err.Error()
 	}
 	for _, a := range rows {
-		if a.State == store.ActionRunning && a.Action != nodejobwire.WaitingConfirmation {
+		if a.State == store.ActionRunning && a.Action != nodejobwire.Confirm {
 			return r.resume(ctx, uid, report)
 		}
 	}

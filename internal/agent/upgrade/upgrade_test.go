@@ -376,7 +376,7 @@ func TestUnhealthyNewVersionRollsBackAndRestartsTheOld(t *testing.T) {
 	}
 }
 
-// testConfirmPoll keeps WaitingConfirmation's DB polling fast.
+// testConfirmPoll keeps Confirm's DB polling fast.
 const testConfirmPoll = 20 * time.Millisecond
 
 // waitFor waits until cond holds, what being what it waits for.
@@ -410,10 +410,10 @@ func TestConfirmationHoldsTheFlow(t *testing.T) {
 	go func() { p, why := r.Run(stopCtx, "job", s, n.rec.report); done <- ran{p, why} }()
 	waitFor(t, "the waiting report", func() bool { return n.rec.count() == 2 })
 	stop()
-	if got := <-done; got.phase != nodejobwire.PhaseFailed || got.reason != "WaitingConfirmation interrupted: context canceled" {
-		t.Fatalf("Run(stopped while waiting) = %+v, want Failed, WaitingConfirmation interrupted", got)
+	if got := <-done; got.phase != nodejobwire.PhaseFailed || got.reason != "Confirm interrupted: context canceled" {
+		t.Fatalf("Run(stopped while waiting) = %+v, want Failed, Confirm interrupted", got)
 	}
-	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running")
+	wantReports(t, n.rec.take(), "Check ok Running", "Confirm waiting Running")
 	if uids, _ := r.Interrupted(ctx); len(uids) != 0 {
 		t.Errorf("Interrupted() while waiting = %v, want none (waiting is not a crash)", uids)
 	}
@@ -433,7 +433,7 @@ func TestConfirmationHoldsTheFlow(t *testing.T) {
 	if got := <-done; got.phase != nodejobwire.PhaseRunning || len(n.execs) != 1 {
 		t.Fatalf("Run(confirmed) = %+v with %d execs, want Running after one exec", got, len(n.execs))
 	}
-	wantReports(t, n.rec.take(), "WaitingConfirmation waiting Running", "WaitingConfirmation ok Running", "BackUp ok Running")
+	wantReports(t, n.rec.take(), "Confirm waiting Running", "Confirm ok Running", "BackUp ok Running")
 }
 
 func TestConfirmationTimesOut(t *testing.T) {
@@ -446,7 +446,7 @@ func TestConfirmationTimesOut(t *testing.T) {
 	if phase != nodejobwire.PhaseFailed || reason != "not confirmed within 100ms" {
 		t.Fatalf("Run() = %s, %q; want Failed, not confirmed within 100ms", phase, reason)
 	}
-	wantReports(t, n.rec.take(), "Check ok Running", "WaitingConfirmation waiting Running", "WaitingConfirmation failed Failed")
+	wantReports(t, n.rec.take(), "Check ok Running", "Confirm waiting Running", "Confirm failed Failed")
 	if sha, _ := n.installed(); sha != old.sha {
 		t.Error("the installed binary changed")
 	}
@@ -755,7 +755,7 @@ func TestResumeItem(t *testing.T) {
 	p := pending{Stage: stageDownload, From: oldVersion, To: newVersion, Backup: backup, Executable: n.exe}
 	rows := []store.Action{
 		{UID: "waiting", Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
-		{UID: "waiting", Action: nodejobwire.WaitingConfirmation, State: store.ActionRunning},
+		{UID: "waiting", Action: nodejobwire.Confirm, State: store.ActionRunning},
 		{UID: "cut", Action: nodejobwire.Check, State: store.ActionSucceeded, Reported: true},
 		{UID: "cut", Action: nodejobwire.BackUp, State: store.ActionSucceeded, Reported: true, Data: p.encode()},
 		{UID: "cut", Action: nodejobwire.Upgrade, State: store.ActionRunning, Data: p.encode()},

@@ -169,7 +169,7 @@ func (w *run[T]) resolveNodes(ctx context.Context) (reconcile.Result, error) {
 			if !byName[name] {
 				// Recorded, not dropped: the operator asked for this node.
 				e.Phase, e.Reason = opsv1.NodeTaskPhaseFailure, fmt.Sprintf("FleetNode %s does not exist", name)
-				t := metav1.NewTime(w.now.Truncate(time.Second))
+				t := metav1.NewMicroTime(w.now.Truncate(time.Microsecond))
 				e.UpdateTime = &t
 			}
 			w.targets = append(w.targets, e)

@@ -146,7 +146,7 @@ func report(t *testing.T, uid, nodeName string, phase opsv1.NodeTaskPhase, actio
 		for _, s := range l.Items {
 			for i := range s.Nodes {
 				if s.Nodes[i].NodeName == nodeName {
-					now := metav1.Now()
+					now := metav1.NowMicro()
 					s.Nodes[i].Phase, s.Nodes[i].Action, s.Nodes[i].Reason, s.Nodes[i].UpdateTime = phase, action, reason, &now
 					return env.Client.Update(ctx, &s)
 				}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
@@ -74,7 +76,8 @@ func itemsFor(job opsv1.NodeJob, base *agentv1.WorkItem, node string) []*agentv1
 			confirmed = c.All || slices.Contains(c.NodeNames, node)
 		}
 		if confirmed {
-			items = append(items, &agentv1.WorkItem{Uid: nodejobwire.ConfirmUID(string(j.GetUID())), Type: nodejobwire.TypeConfirm, Spec: []byte("{}")})
+			spec, _ := json.Marshal(nodejobwire.ConfirmSpec{By: j.Spec.Confirmed.By})
+			items = append(items, &agentv1.WorkItem{Uid: nodejobwire.ConfirmUID(string(j.GetUID())), Type: nodejobwire.TypeConfirm, Spec: spec})
 		}
 	}
 	return items
@@ -86,13 +89,21 @@ func (e *Executor) credentials(ctx context.Context, ref *corev1.SecretReference,
 	if ref == nil {
 		return nil, nil
 	}
+	if ref.Namespace == "" || ref.Name == "" {
+		// The schema refuses it; a job stored before it said so fails.
+		return nil, &secretError{ref: *ref, err: errors.New("needs a name and a namespace")}
+	}
 	var s corev1.Secret
 	if err := e.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return nil, &secretError{ref: *ref, err: err}
+		}
+		// Transient (the apiserver is away): the reconcile retries.
 		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	all, err := parseDockerConfig(s.Data[corev1.DockerConfigJsonKey])
 	if err != nil {
-		return nil, fmt.Errorf("imageSecretRef %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, &secretError{ref: *ref, err: fmt.Errorf("key %s: %w", corev1.DockerConfigJsonKey, err)}
 	}
 	out := map[string]nodejobwire.Credential{}
 	for _, im := range images {
@@ -107,6 +118,20 @@ func (e *Executor) credentials(ctx context.Context, ref *corev1.SecretReference,
 	}
 	return out, nil
 }
+
+// secretError is a job's imageSecretRef that cannot be used: missing,
+// not readable by the hub, or not a .dockerconfigjson. Retrying does not
+// help, so the job's nodes fail with it.
+type secretError struct {
+	ref corev1.SecretReference
+	err error
+}
+
+func (e *secretError) Error() string {
+	return fmt.Sprintf("imageSecretRef %s/%s cannot be used: %v", e.ref.Namespace, e.ref.Name, e.err)
+}
+
+func (e *secretError) Unwrap() error { return e.err }
 
 // parseDockerConfig reads a .dockerconfigjson into registry → credential.
 func parseDockerConfig(b []byte) (map[string]nodejobwire.Credential, error) {

@@ -3,7 +3,7 @@
 // connected to this hub, and writes the agents' reports back into the
 // slices in coalesced batches.
 //
-// A report that changes a node's phase, or puts it at WaitingConfirmation,
+// A report that changes a node's phase, or puts it at Confirm (waiting),
 // is written at the next flush (FlushInterval). Other action reports (an
 // action ended, the flow goes on) wait up to HoldInterval, or until half
 // the job's timeoutSeconds after the entry's last update if that is sooner,
@@ -60,7 +60,7 @@ type Options struct {
 	// FlushInterval is how long reports are gathered before a write. Default 250ms.
 	FlushInterval time.Duration
 	// HoldInterval is how long a report that changes neither the node's
-	// phase nor puts it at WaitingConfirmation may wait for the node's next
+	// phase nor puts it at Confirm may wait for the node's next
 	// write. Default 5s.
 	HoldInterval time.Duration
 	Logger       *slog.Logger
@@ -94,7 +94,7 @@ type report struct {
 // flush: they change its phase, or it waits for an operator.
 func urgent(rs []report) bool {
 	for _, rp := range rs {
-		if rp.phase != nodejobwire.PhaseRunning || rp.r.Action == nodejobwire.WaitingConfirmation {
+		if rp.phase != nodejobwire.PhaseRunning || nodejobwire.Waits(rp.r.Action) {
 			return true
 		}
 	}
@@ -296,6 +296,8 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 	}
 	var sends []out
 	var base *agentv1.WorkItem
+	var unusable *secretError
+	var failed []string // InProgress nodes the job's Secret fails
 	timeout := time.Duration(max(job.Execution().TimeoutSeconds, 1)) * time.Second
 	e.mu.Lock()
 	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID, timeout: timeout}
@@ -314,11 +316,18 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 			}
 			continue
 		}
-		if base == nil {
+		if base == nil && unusable == nil {
 			// Once per slice, not per node: it may read the job's Secret.
-			if base, err = e.jobItem(ctx, job); err != nil {
+			base, err = e.jobItem(ctx, job)
+			if unusable, _ = errors.AsType[*secretError](err); unusable == nil && err != nil {
 				return 0, err
 			}
+		}
+		if unusable != nil {
+			// The Secret will not become readable by retrying: the node
+			// fails now, saying which Secret, instead of going Unknown.
+			failed = append(failed, n.NodeName)
+			continue
 		}
 		items := itemsFor(job, base, n.NodeName)
 		e.mu.Lock()
@@ -335,14 +344,19 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 		e.mu.Unlock()
 	}
 	e.log.Debug("indexed slice", "slice", s.Name, "job", s.Job.Name, "nodes", len(s.Nodes), "changed", len(sends), "send", send)
-	if h := e.hub.Load(); send && h != nil {
-		for _, o := range sends {
-			if (*h).Connected(o.node) {
-				if err := (*h).Dispatch(o.node, o.item); err != nil {
-					// The node's next snapshot carries it, if the stream just closed.
-					e.log.Warn("dispatch failed; the node's next connect carries it", "node", o.node, "uid", o.item.GetUid(), "err", err)
-				}
-			}
+	h := e.hub.Load()
+	if !send || h == nil {
+		return len(sends), nil
+	}
+	for _, node := range failed {
+		// Only the nodes connected here: another hub fails its own.
+		if (*h).Connected(node) {
+			e.failNode(uid, node, nodejobwire.Dispatch, unusable.Error())
+		}
+	}
+	for _, o := range sends {
+		if (*h).Connected(o.node) {
+			e.dispatch(*h, uid, o.node, o.item)
 		}
 	}
 	return len(sends), nil
@@ -371,8 +385,55 @@ func (e *Executor) resend() {
 	e.mu.Unlock()
 	for _, o := range sends {
 		if (*h).Connected(o.node) {
-			_ = (*h).Dispatch(o.node, o.item)
+			e.dispatch(*h, jobOf(o.item.GetUid()), o.node, o.item)
 		}
+	}
+}
+
+// jobOf is the job uid of a node-job item uid (its own, or a confirmation's).
+func jobOf(uid string) string {
+	job, _ := strings.CutSuffix(uid, nodejobwire.ConfirmUID(""))
+	return job
+}
+
+// dispatch sends item to node; a send that fails fails the node at once,
+// which frees its concurrency slot, instead of leaving it to time out.
+func (e *Executor) dispatch(h hub.Link, job, node string, item *agentv1.WorkItem) {
+	if err := h.Dispatch(node, item); err != nil {
+		e.log.Warn("dispatch failed; failing the node", "node", node, "uid", item.GetUid(), "err", err)
+		e.failNode(job, node, nodejobwire.Dispatch, fmt.Sprintf("failed to send the work to the node: %v", err))
+	}
+}
+
+// failNode queues a Failed report, made by this hub, for node's entry in
+// job uid, unless one is queued already (a slice indexed again before the
+// write).
+func (e *Executor) failNode(uid, node, action, reason string) {
+	e.mu.Lock()
+	for _, rp := range e.queue[uid][node] {
+		if rp.phase == nodejobwire.PhaseFailed && rp.r.Action == action {
+			e.mu.Unlock()
+			return
+		}
+	}
+	now := e.opts.Clock.Now()
+	e.queueLocked(uid, node, report{phase: nodejobwire.PhaseFailed, r: nodejobwire.Report{Action: action, Reason: reason, Time: now}, at: now})
+	e.mu.Unlock()
+	e.wakeWriter()
+}
+
+// queueLocked appends rp to node's queued reports. e.mu is held.
+func (e *Executor) queueLocked(uid, node string, rp ...report) {
+	if e.queue[uid] == nil {
+		e.queue[uid] = map[string][]report{}
+	}
+	e.queue[uid][node] = append(e.queue[uid][node], rp...)
+}
+
+func (e *Executor) wakeWriter() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -478,7 +539,7 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	// node in the job: the hub drops other nodes' reports before they get
 	// here, and a report kept for an entry no slice holds would wait for
 	// ever.
-	_, ours := e.jobs[st.GetUid()]
+	job, ours := e.jobs[st.GetUid()]
 	ours = ours && e.inJobLocked(node, st.GetUid())
 	e.mu.Unlock()
 	if !ours {
@@ -491,24 +552,31 @@ func (e *Executor) enqueue(node string, st *agentv1.WorkStatus) {
 	case st.GetMessage() == "" && (st.GetPhase() == nodejobwire.PhaseFailed || st.GetPhase() == "Cancelled"):
 		// The agent ended the item without a runner's report (no runner for
 		// the type, or it restarted mid-run): the node failed, and why.
-		r = nodejobwire.Report{Action: "Agent", Reason: st.GetPhase() + ": " + st.GetReason(), Time: e.opts.Clock.Now()}
+		r = nodejobwire.Report{Action: nodejobwire.Agent, Reason: st.GetPhase() + ": " + st.GetReason(), Time: e.opts.Clock.Now()}
 		st = &agentv1.WorkStatus{Uid: st.GetUid(), Phase: nodejobwire.PhaseFailed, Reason: st.GetReason()}
 	default:
 		r, err = nodejobwire.DecodeReport(st.GetMessage())
+		if err == nil && !nodejobwire.AgentActions(itemType(job.kind), r.Action) {
+			// Never written into the action flow: only the flow's actions
+			// are, and the hub's own (Dispatch, Agent).
+			err = fmt.Errorf("action %q is not an action of a %s", r.Action, job.kind)
+		}
 	}
 	if err != nil {
-		e.log.Warn("ignoring a node job report", "node", node, "uid", st.GetUid(), "err", err)
+		e.log.Warn("refusing a node job report", "node", node, "uid", st.GetUid(), "err", err)
 		return
 	}
 	e.reports.Inc()
 	e.mu.Lock()
-	if e.queue[st.GetUid()] == nil {
-		e.queue[st.GetUid()] = map[string][]report{}
-	}
-	e.queue[st.GetUid()][node] = append(e.queue[st.GetUid()][node], report{phase: st.GetPhase(), r: r, at: at})
+	e.queueLocked(st.GetUid(), node, report{phase: st.GetPhase(), r: r, at: at})
 	e.mu.Unlock()
-	select {
-	case e.kick <- struct{}{}:
-	default:
+	e.wakeWriter()
+}
+
+// itemType is the work item type of a job kind.
+func itemType(kind string) string {
+	if kind == "ImagePrePullJob" {
+		return nodejobwire.TypePrePull
 	}
+	return nodejobwire.TypeUpgrade
 }

@@ -68,11 +68,16 @@ type recordingHub struct {
 	dispatched []string // node/uid/type
 	cancelled  []string // node/uid
 	specs      map[string][]byte
+	// failSend: Dispatch to these nodes fails with the error.
+	failSend map[string]error
 }
 
 func (h *recordingHub) Dispatch(node string, it *agentv1.WorkItem) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.failSend[node]; err != nil {
+		return err
+	}
 	h.dispatched = append(h.dispatched, node+"/"+it.GetUid()+"/"+it.GetType())
 	h.specs[it.GetUid()] = it.GetSpec()
 	return nil
@@ -118,6 +123,12 @@ func (h *recordingHub) has(list *[]string, want string) bool {
 // (0: the default).
 func start(t *testing.T, hold time.Duration) (*nodejobhub.Executor, *recordingHub, prometheus.Gatherer) {
 	t.Helper()
+	return startWith(t, hold, nil)
+}
+
+// startWith is start with the executor's client wrapped by wrap (nil: as is).
+func startWith(t *testing.T, hold time.Duration, wrap func(client.Client) client.Client) (*nodejobhub.Executor, *recordingHub, prometheus.Gatherer) {
+	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: &skip}})
@@ -129,8 +140,12 @@ func start(t *testing.T, hold time.Duration) (*nodejobhub.Executor, *recordingHu
 	if os.Getenv("DROVER_TEST_LOGS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	e := nodejobhub.New(nodejobhub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, HoldInterval: hold, Logger: logger})
-	h := &recordingHub{connected: map[string]bool{"n1": true}, specs: map[string][]byte{}}
+	c := mgr.GetClient()
+	if wrap != nil {
+		c = wrap(c)
+	}
+	e := nodejobhub.New(nodejobhub.Options{Client: c, APIReader: mgr.GetAPIReader(), Registerer: reg, FlushInterval: 300 * time.Millisecond, HoldInterval: hold, Logger: logger})
+	h := &recordingHub{connected: map[string]bool{"n1": true}, specs: map[string][]byte{}, failSend: map[string]error{}}
 	e.Attach(h)
 	if err := e.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -219,12 +234,12 @@ func TestDispatchReportsConfirmAndDelete(t *testing.T) {
 		r     nodejobwire.Report
 	}{
 		{nodejobwire.PhaseRunning, nodejobwire.Report{Action: nodejobwire.Check, Success: true, Time: now}},
-		{nodejobwire.PhaseRunning, nodejobwire.Report{Action: nodejobwire.WaitingConfirmation, Running: true, Time: now}},
+		{nodejobwire.PhaseRunning, nodejobwire.Report{Action: nodejobwire.Confirm, Running: true, Time: now}},
 	} {
 		e.WorkStatus(ctx, "n1", &agentv1.WorkStatus{Uid: uid, Phase: r.phase, Reason: r.r.Action, Message: nodejobwire.EncodeReport(r.r)})
 	}
 	testenv.Eventually(t, waitTimeout, "reports written", func(context.Context) (bool, error) {
-		if got := sliceEntry(t, s.Name, "n1"); got.Action != nodejobwire.WaitingConfirmation || len(got.ActionFlow) != 2 {
+		if got := sliceEntry(t, s.Name, "n1"); got.Action != nodejobwire.Confirm || len(got.ActionFlow) != 2 {
 			return false, fmt.Errorf("entry %+v", got)
 		}
 		return true, nil
@@ -377,7 +392,7 @@ func TestActionReportsWaitForThePhaseChangeOrTheTimeout(t *testing.T) {
 	h.mu.Unlock()
 	ctx := context.Background()
 	admitted := func(node string) opsv1.NodeTaskStatus {
-		now := metav1.Now()
+		now := metav1.NowMicro()
 		return opsv1.NodeTaskStatus{NodeName: node, Phase: opsv1.NodeTaskPhaseInProgress, Reason: "dispatched to hub x", UpdateTime: &now}
 	}
 	send := func(node, uid, phase string, r nodejobwire.Report) {

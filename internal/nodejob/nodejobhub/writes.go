@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/retry"
@@ -56,6 +57,7 @@ func (e *Executor) flush(ctx context.Context) (next time.Time) {
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	batches := map[string]map[string][]report{} // slice → node → reports
+	jobOfSlice := map[string]string{}
 	for uid, nodes := range e.queue {
 		job := e.jobs[uid]
 		for node, rs := range nodes {
@@ -71,6 +73,7 @@ func (e *Executor) flush(ctx context.Context) (next time.Time) {
 			}
 			if batches[ref.slice] == nil {
 				batches[ref.slice] = map[string][]report{}
+				jobOfSlice[ref.slice] = uid
 			}
 			batches[ref.slice][node] = rs
 			delete(nodes, node)
@@ -84,6 +87,7 @@ func (e *Executor) flush(ctx context.Context) (next time.Time) {
 	// time, a flush of a 10,000-node job (63 slices of ~80 KB) took
 	// seconds, and reports waited for it.
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	sem := make(chan struct{}, flushParallelism)
 	for sliceName, byNode := range batches {
 		wg.Add(1)
@@ -91,12 +95,42 @@ func (e *Executor) flush(ctx context.Context) (next time.Time) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if err := e.writeSlice(ctx, sliceName, byNode); err != nil {
-				e.log.Error("write node job reports", "slice", sliceName, "nodes", len(byNode), "err", err)
+				// Whatever the error (a conflict that outlasted its
+				// retries, the apiserver away, a webhook): keep the reports
+				// for a later flush. Dropped, a node that succeeded
+				// would go Unknown.
+				e.log.Error("write node job reports; retrying", "slice", sliceName, "nodes", len(byNode), "in", writeRetry, "err", err)
+				e.requeue(jobOfSlice[sliceName], byNode)
+				failed.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
+	if failed.Load() {
+		if retry := now.Add(writeRetry); next.IsZero() || retry.Before(next) {
+			next = retry
+		}
+	}
 	return next
+}
+
+// writeRetry is how long reports whose write failed wait for the next try.
+const writeRetry = time.Second
+
+// requeue puts reports whose write failed back in front of those that
+// arrived meanwhile, unless the job is gone.
+func (e *Executor) requeue(uid string, byNode map[string][]report) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.jobs[uid]; !ok {
+		return
+	}
+	if e.queue[uid] == nil {
+		e.queue[uid] = map[string][]report{}
+	}
+	for node, rs := range byNode {
+		e.queue[uid][node] = append(append([]report(nil), rs...), e.queue[uid][node]...)
+	}
 }
 
 // flushParallelism bounds the slice writes of one flush in flight at once.
@@ -154,12 +188,18 @@ func (e *Executor) writeSlice(ctx context.Context, sliceName string, byNode map[
 		if err != nil {
 			return client.IgnoreNotFound(err)
 		}
+		// An Unknown node follows a late report only while its job runs.
+		job, err := e.getJob(ctx, s.Job)
+		if err != nil {
+			return err
+		}
+		final := job == nil || job.JobStatus().Phase.Final()
 		changed := false
 		for i := range s.Nodes {
 			for _, rp := range byNode[s.Nodes[i].NodeName] {
 				// The entry's updateTime is when the report came in, not
 				// when it was written: the timeout counts from the node.
-				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, rp.at) {
+				if nodejob.ApplyReport(&s.Nodes[i], rp.phase, rp.r, rp.at, final) {
 					changed = true
 				}
 			}

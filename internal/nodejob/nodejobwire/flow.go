@@ -5,13 +5,45 @@ package nodejobwire
 
 // Action names, as they appear in NodeTaskSlice action records.
 const (
-	Check               = "Check"
+	Check = "Check"
+	// Confirm waits for an operator's `drover confirm` (the seed's Confirm
+	// → WaitingConfirmation): reported Running while it waits, then ended
+	// with who confirmed.
+	Confirm = "Confirm"
+	// WaitingConfirmation is what agents before Confirm reported while
+	// they waited; hubs still accept it.
 	WaitingConfirmation = "WaitingConfirmation"
 	BackUp              = "BackUp"
 	Upgrade             = "Upgrade"
 	RollBack            = "RollBack"
 	Pull                = "Pull"
+
+	// Dispatch and Agent are written by a hub, never by an agent: the
+	// hub could not send the work (Dispatch), or the agent ended the item
+	// without a flow's report (Agent).
+	Dispatch = "Dispatch"
+	Agent    = "Agent"
 )
+
+// AgentActions returns whether an agent may report action name for a work
+// item of type typ: the actions of its flow. A report naming anything else
+// is refused, never written into a node's action flow.
+func AgentActions(typ, name string) bool {
+	switch typ {
+	case TypeUpgrade:
+		switch name {
+		case Check, Confirm, WaitingConfirmation, BackUp, Upgrade, RollBack:
+			return true
+		}
+	case TypePrePull:
+		return name == Check || name == Pull
+	}
+	return false
+}
+
+// Waits reports whether action name, while it runs, waits for an operator
+// and not for the node: no timeout applies.
+func Waits(name string) bool { return name == Confirm || name == WaitingConfirmation }
 
 // Action is one step of a node's flow, with where to go next.
 type Action struct {
@@ -59,16 +91,16 @@ func (f *Flow) Find(name string) *Action {
 	return walk(f.First)
 }
 
-// UpgradeFlow is Check → [WaitingConfirmation] → BackUp → Upgrade, and
-// RollBack when Upgrade fails. A failed Check, confirmation or BackUp ends the
-// flow with nothing changed on the node.
+// UpgradeFlow is Check → [Confirm] → BackUp → Upgrade, and RollBack when
+// Upgrade fails. A failed Check, confirmation or BackUp ends the flow with
+// nothing changed on the node.
 func UpgradeFlow(requireConfirmation bool) *Flow {
 	rollback := &Action{Name: RollBack, FailsTask: true}
 	upgrade := &Action{Name: Upgrade, OnFailure: rollback}
 	backup := &Action{Name: BackUp, OnSuccess: upgrade}
 	next := backup
 	if requireConfirmation {
-		next = &Action{Name: WaitingConfirmation, OnSuccess: backup}
+		next = &Action{Name: Confirm, OnSuccess: backup}
 	}
 	return &Flow{First: &Action{Name: Check, OnSuccess: next}}
 }

@@ -29,9 +29,9 @@ func TestFlows(t *testing.T) {
 		result   Result
 	}{
 		{"upgrade ok", UpgradeFlow(false), nil, "Check BackUp Upgrade", Succeeded},
-		{"upgrade with confirmation", UpgradeFlow(true), nil, "Check WaitingConfirmation BackUp Upgrade", Succeeded},
+		{"upgrade with confirmation", UpgradeFlow(true), nil, "Check Confirm BackUp Upgrade", Succeeded},
 		{"check fails: nothing touched", UpgradeFlow(false), map[string]bool{Check: false}, "Check", Failed},
-		{"backup fails: no upgrade", UpgradeFlow(true), map[string]bool{BackUp: false}, "Check WaitingConfirmation BackUp", Failed},
+		{"backup fails: no upgrade", UpgradeFlow(true), map[string]bool{BackUp: false}, "Check Confirm BackUp", Failed},
 		{"upgrade fails: rollback, still a failure", UpgradeFlow(false), map[string]bool{Upgrade: false}, "Check BackUp Upgrade RollBack", Failed},
 		{"rollback fails too", UpgradeFlow(false), map[string]bool{Upgrade: false, RollBack: false}, "Check BackUp Upgrade RollBack", Failed},
 		{"pre-pull ok", PrePullFlow(), nil, "Check Pull", Succeeded},
@@ -56,12 +56,12 @@ func TestFlows(t *testing.T) {
 
 func TestFind(t *testing.T) {
 	f := UpgradeFlow(true)
-	for _, name := range []string{Check, WaitingConfirmation, BackUp, Upgrade, RollBack} {
+	for _, name := range []string{Check, Confirm, BackUp, Upgrade, RollBack} {
 		if a := f.Find(name); a == nil || a.Name != name {
 			t.Errorf("Find(%q) = %v", name, a)
 		}
 	}
-	if a := UpgradeFlow(false).Find(WaitingConfirmation); a != nil {
+	if a := UpgradeFlow(false).Find(Confirm); a != nil {
 		t.Errorf("a flow without confirmation has %v", a)
 	}
 	if a := f.Find("Reboot"); a != nil {

@@ -26,11 +26,17 @@ const (
 	TypeUpgrade = "nodejob-upgrade"
 	TypePrePull = "nodejob-prepull"
 	// TypeConfirm is dispatched, with uid ConfirmUID(upgrade uid), when an
-	// operator confirms a node waiting at WaitingConfirmation: an agent
+	// operator confirms a node waiting at Confirm: an agent
 	// applies a uid once, so confirmation is an item of its own, which the
 	// upgrade runner looks for in the agent DB.
 	TypeConfirm = "nodejob-confirm"
 )
+
+// ConfirmSpec is the spec of a confirmation item.
+type ConfirmSpec struct {
+	// By is who confirmed (the job's spec.confirmed.by), if known.
+	By string `json:"by,omitempty"`
+}
 
 // ConfirmUID is the uid of the confirmation item of upgrade item uid.
 func ConfirmUID(uid string) string { return uid + ".confirm" }
@@ -60,8 +66,8 @@ type UpgradeSpec struct {
 	// Auth holds the credentials for Image's registry, from the artifact's
 	// imageSecretRef (absent: anonymous pull).
 	Auth map[string]Credential `json:"auth,omitempty"`
-	// RequireConfirmation holds the flow at WaitingConfirmation until a
-	// later dispatch of the same uid carries Confirmed.
+	// RequireConfirmation holds the flow at Confirm until the
+	// confirmation item (TypeConfirm, ConfirmSpec) arrives, or Confirmed.
 	RequireConfirmation bool   `json:"requireConfirmation,omitempty"`
 	Confirmed           bool   `json:"confirmed,omitempty"`
 	TimeoutSeconds      int    `json:"timeoutSeconds,omitempty"`
@@ -100,8 +106,10 @@ type Report struct {
 	Reason  string    `json:"reason,omitempty"`
 	Time    time.Time `json:"time"`
 	// Running is true when the action started and has not ended yet (e.g.
-	// WaitingConfirmation).
-	Running         bool          `json:"running,omitempty"`
+	// Confirm, while it waits).
+	Running bool `json:"running,omitempty"`
+	// By is who let the action go on (Confirm: who confirmed).
+	By              string        `json:"by,omitempty"`
 	CurrentVersion  string        `json:"currentVersion,omitempty"`
 	HistoricVersion string        `json:"historicVersion,omitempty"`
 	Images          []ImageResult `json:"images,omitempty"`
@@ -240,6 +248,7 @@ func DecodeReport(msg string) (Report, error) {
 		return r, fmt.Errorf("node job report: action %q", r.Action)
 	}
 	r.Reason = Clip(r.Reason, MaxReasonBytes)
+	r.By = Clip(r.By, 253)
 	if len(r.Images) > MaxImages {
 		return r, fmt.Errorf("node job report: %d images, more than %d", len(r.Images), MaxImages)
 	}
