@@ -258,4 +258,3 @@ func (d *doc) prePullSpec(raw json.RawMessage) *opsv1.ImagePrePullJobSpec {
 	d.execution(path, t, &out.JobExecution)
 	return out
 }
-
