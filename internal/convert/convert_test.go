@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	"github.com/drover-fleet/drover/internal/convert"
 )
@@ -88,5 +90,39 @@ func TestGolden(t *testing.T) {
 				t.Errorf("%d errors; want errors: %v", len(res.Errors), failing)
 			}
 		})
+	}
+}
+
+// TestReadsJSON: `kubectl get -o json` output is JSON, not YAML.
+func TestReadsJSON(t *testing.T) {
+	in := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"operations.kubeedge.io/v1alpha2","kind":"ImagePrePullJob",
+"metadata":{"name":"j","uid":"x"},"spec":{"imagePrePullTemplate":{"images":["busybox:1"],"nodeNames":["n1"],"retryTimes":2}}}]}`
+	docs, err := convert.Read(strings.NewReader(in), "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := convert.Convert(docs, convert.Options{})
+	if err != nil || len(res.Errors) > 0 || len(res.Objects) != 1 {
+		t.Fatalf("Convert = %+v, %v; want one object", res, err)
+	}
+	spec := res.Objects[0].Spec.(*opsv1.ImagePrePullJobSpec)
+	if spec.RetryTimes != 2 || len(spec.Images) != 1 || spec.NodeNames[0] != "n1" {
+		t.Errorf("spec = %+v", spec)
+	}
+}
+
+// TestRefusesABadArtifact: the --artifact-* flags are checked before any
+// document, so a typo does not become a job the CRD (or worse, the agent)
+// refuses later.
+func TestRefusesABadArtifact(t *testing.T) {
+	for _, a := range []*opsv1.AgentArtifact{
+		{URL: "https://x.example/a"},
+		{URL: "https://x.example/a", SHA256: "ABC"},
+		{URL: "https://x.example/a", Image: "a:b", SHA256: strings.Repeat("0f", 32)},
+		{URL: "https://x.example/a", SHA256: strings.Repeat("0f", 32), ImageSecretRef: &corev1.SecretReference{Namespace: "d", Name: "s"}},
+	} {
+		if _, err := convert.Convert(nil, convert.Options{Artifact: a}); err == nil {
+			t.Errorf("Convert with artifact %+v succeeded", a)
+		}
 	}
 }
