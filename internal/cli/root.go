@@ -64,6 +64,7 @@ func NewRootCommand() *cobra.Command {
 		newMQTTCommand(g),
 		newControlPlaneCommand(),
 		newCtrlKitCommand(),
+		newConvertCommand(),
 	)
 	return root
 }
