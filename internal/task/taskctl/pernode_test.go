@@ -9,6 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -16,6 +17,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/clock/clocktest"
 	"github.com/drover-fleet/drover/internal/task/taskctl"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
@@ -257,4 +259,33 @@ func TestInvalidResourceNameIsNotPlaced(t *testing.T) {
 	if want := `spec.resources[memroy]: "memroy" is not a resource name`; !strings.Contains(got.Status.Message, want) || !strings.Contains(got.Status.Message, "did you mean memory?") {
 		t.Errorf("message %q, want it to say %q and suggest memory", got.Status.Message, want)
 	}
+}
+
+// A perNode group that no node matched by its activeDeadlineSeconds ends
+// Failed, DeadlineExceeded, as a counted group whose tasks never ran does.
+func TestPerNodeGroupPastItsDeadline(t *testing.T) {
+	testenv.Require(t, env)
+	clock := clocktest.New(time.Now())
+	ns := start(t, "pernodedl", clock)
+	create(t, &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "idle"}, Spec: batchv1.TaskGroupSpec{PerNode: true,
+		ActiveDeadlineSeconds: ptr(int64(60)),
+		Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"},
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": "nowhere"}}}}}})
+	waitGroup(t, ns, "idle", "waiting", func(g *batchv1.TaskGroup) bool { return g.Status.Phase == batchv1.GroupPending })
+	clock.Step(90 * time.Second)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // any write brings the controller back
+		var g batchv1.TaskGroup
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "idle"}, &g); err != nil {
+			return err
+		}
+		g.Annotations = map[string]string{"test/poke": "1"}
+		return env.Client.Update(context.Background(), &g)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGroup(t, ns, "idle", "failed at its deadline", func(g *batchv1.TaskGroup) bool {
+		c := meta.FindStatusCondition(g.Status.Conditions, taskctl.ConditionFailed)
+		return g.Status.Phase == batchv1.GroupFailed && c != nil && c.Reason == batchv1.ReasonDeadlineExceeded
+	})
 }

@@ -188,8 +188,9 @@ func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.NoRequeue()
 	}
 	// A group whose tasks all ended in time (reconciled late) ends as they
-	// did; only one with work left is cut short.
-	done := len(w.terminating) == 0
+	// did; only one with work left is cut short (a perNode group that no
+	// node ever matched has all its work left).
+	done := len(w.terminating) == 0 && (len(w.want) > 0 || !g.Spec.PerNode)
 	for _, k := range w.want {
 		if t := w.mine[k]; t == nil || !t.Status.State.Final() {
 			done = false
