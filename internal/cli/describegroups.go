@@ -62,14 +62,14 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 			tw.(*tabwriter.Writer).Flush()
 			fmt.Fprintln(w, "Groups:")
 			gw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
-			fmt.Fprintln(gw, "  NAME\tCOUNT\tPHASE\tPENDING\tACTIVE\tCOMPLETED\tFAILED")
+			fmt.Fprintln(gw, "  NAME\tDESIRED\tPHASE\tPENDING\tACTIVE\tCOMPLETED\tFAILED")
 			phases := map[string]batchv1.GroupSummary{}
 			for _, g := range j.Status.Groups {
 				phases[g.Name] = g
 			}
 			for _, g := range j.Spec.TaskGroups {
 				s := phases[g.Name]
-				fmt.Fprintf(gw, "  %s\t%d\t%s\t%d\t%d\t%d\t%d\n", j.Name+"-"+g.Name, g.Count, orNone(string(s.Phase)),
+				fmt.Fprintf(gw, "  %s\t%s\t%s\t%d\t%d\t%d\t%d\n", j.Name+"-"+g.Name, desired(g.PerNode, g.Count, s.Desired), orNone(string(s.Phase)),
 					s.Counts.Pending, active(s.Counts), s.Counts.Completed, s.Counts.Failed)
 			}
 			gw.Flush()
@@ -81,13 +81,20 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 			if owner := metav1.GetControllerOf(&g); owner != nil {
 				p(tw, owner.Kind, owner.Name)
 			}
-			p(tw, "Count", fmt.Sprint(g.Spec.Count))
+			if g.Spec.PerNode {
+				p(tw, "Per Node", fmt.Sprintf("one task on each matching node: %d now", g.Status.Desired))
+			} else {
+				p(tw, "Count", fmt.Sprint(g.Spec.Count))
+			}
 			if d := g.Spec.ActiveDeadlineSeconds; d != nil {
 				p(tw, "Active Deadline", fmt.Sprintf("%ds, until %s", *d, g.CreationTimestamp.Add(time.Duration(*d)*time.Second).UTC().Format(time.RFC3339)))
 			}
 			p(tw, "Command", quoteArgv(g.Spec.Template.Spec.Command))
 			if g.Spec.Template.Spec.NodeSelector != nil {
 				p(tw, "Node Selector", metav1.FormatLabelSelector(g.Spec.Template.Spec.NodeSelector))
+			}
+			if m := g.Spec.Template.Spec.MaxPerNode; m != nil {
+				p(tw, "Max Per Node", fmt.Sprint(*m))
 			}
 			counts(tw, g.Status.Phase, g.Status.Counts, g.Status.Conditions)
 			tw.(*tabwriter.Writer).Flush()

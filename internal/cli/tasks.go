@@ -137,18 +137,18 @@ func printBatch(w io.Writer, kind string, objs []client.Object, withNS bool, now
 	age := func(o client.Object) string { return duration.HumanDuration(now.Sub(o.GetCreationTimestamp().Time)) }
 	switch kind {
 	case "FleetJob":
-		fmt.Fprintln(tw, head+"NAME\tPHASE\tTASKS\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tAGE")
+		fmt.Fprintln(tw, head+"NAME\tPHASE\tDESIRED\tTASKS\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tAGE")
 		for _, o := range objs {
 			j := o.(*batchv1.FleetJob)
 			c := j.Status.Counts
-			fmt.Fprintf(tw, "%s%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", ns(o), j.Name, orNone(string(j.Status.Phase)), c.Total, c.Pending, active(c), c.Completed, c.Failed, age(o))
+			fmt.Fprintf(tw, "%s%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", ns(o), j.Name, orNone(string(j.Status.Phase)), j.Status.Desired, c.Total, c.Pending, active(c), c.Completed, c.Failed, age(o))
 		}
 	case "TaskGroup":
-		fmt.Fprintln(tw, head+"NAME\tPHASE\tCOUNT\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tAGE")
+		fmt.Fprintln(tw, head+"NAME\tPHASE\tDESIRED\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tAGE")
 		for _, o := range objs {
 			g := o.(*batchv1.TaskGroup)
 			c := g.Status.Counts
-			fmt.Fprintf(tw, "%s%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", ns(o), g.Name, orNone(string(g.Status.Phase)), g.Spec.Count, c.Pending, active(c), c.Completed, c.Failed, age(o))
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", ns(o), g.Name, orNone(string(g.Status.Phase)), desired(g.Spec.PerNode, g.Spec.Count, g.Status.Desired), c.Pending, active(c), c.Completed, c.Failed, age(o))
 		}
 	case "Task":
 		fmt.Fprintln(tw, head+"NAME\tSTATE\tNODE\tATTEMPT\tEXIT\tREASON\tAGE")
@@ -391,3 +391,12 @@ func describeEvents(w io.Writer, evs []corev1.Event, now time.Time) {
 // active counts the tasks a node holds, from the parts, so that a status
 // written before counts.active existed shows them too.
 func active(c batchv1.TaskCounts) int32 { return c.Scheduled + c.Dispatching + c.Running }
+
+// desired is a group's DESIRED column: its count, or for a perNode group
+// the nodes that match now, marked as such.
+func desired(perNode bool, count, status int32) string {
+	if perNode {
+		return fmt.Sprintf("%d (per node)", status)
+	}
+	return fmt.Sprint(count)
+}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -50,6 +51,9 @@ type Task struct {
 	// NodeName pins the task to one node.
 	NodeName string
 	Spread   *batchv1.SpreadConstraint
+	// MaxPerNode bounds the group's tasks holding one node; 0: no bound.
+	// It applies only to a task of a group.
+	MaxPerNode int32
 	// Preferred weighs the nodes that fit: the highest sum wins.
 	Preferred []Preference
 	// Work is what the task asks of the node's policy: its user, group
@@ -67,8 +71,12 @@ type Preference struct {
 	Selector labels.Selector
 }
 
-// TaskFrom reads a Task. The error is an invalid selector or a negative
-// resource; such a task cannot be placed.
+// ErrInvalidResources is wrapped by TaskFrom's error when the task asks
+// for a resource by a name that is not valid or a negative quantity.
+var ErrInvalidResources = errors.New("invalid resources")
+
+// TaskFrom reads a Task. The error is an invalid selector, or invalid
+// resources (ErrInvalidResources); such a task cannot be placed.
 func TaskFrom(t *batchv1.Task) (Task, error) {
 	out := Task{
 		Key:       t.Namespace + "/" + t.Name,
@@ -90,12 +98,24 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 		}
 		out.Selector = s
 	}
-	for name, q := range t.Spec.Resources {
-		if q.Sign() < 0 {
-			// The API refuses these (config/admission); one stored
-			// before it did, or in a cluster without the policy, must
-			// not make room on a node by holding less than nothing.
-			return out, fmt.Errorf("invalid resources: %s is negative (%s)", name, q.String())
+	if m := t.Spec.MaxPerNode; m != nil {
+		out.MaxPerNode = max(*m, 1)
+	}
+	// The API refuses these (config/admission); one stored before it did,
+	// or in a cluster without the policy, must not make room on a node by
+	// holding less than nothing, nor wait forever for "insufficient
+	// memroy". In name order, so that the message is stable.
+	names := make([]string, 0, len(t.Spec.Resources))
+	for name := range t.Spec.Resources {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := batchv1.CheckResourceName(corev1.ResourceName(name)); err != nil {
+			return out, fmt.Errorf("%w: spec.resources[%s]: %w", ErrInvalidResources, name, err)
+		}
+		if q := t.Spec.Resources[corev1.ResourceName(name)]; q.Sign() < 0 {
+			return out, fmt.Errorf("%w: spec.resources[%s] is negative (%s)", ErrInvalidResources, name, q.String())
 		}
 	}
 	for i, p := range t.Spec.PreferredNodes {
@@ -144,6 +164,8 @@ const (
 	ReasonDisconnected = "Disconnected"
 	ReasonSelector     = "did not match nodeSelector"
 	ReasonSpread       = "did not satisfy spread constraint"
+	// ReasonMaxPerNode: the node holds maxPerNode of the task's group.
+	ReasonMaxPerNode = "already hold maxPerNode of the group's tasks"
 	// ReasonInsufficient is followed by the resource's name.
 	ReasonInsufficient = "insufficient "
 	// ReasonMissingLabel is followed by the spread's topology key.
@@ -165,6 +187,10 @@ type Result struct {
 	// grants), or its namespace may run this work on no node at all
 	// (Message ends with Denied's text).
 	Denied error
+	// InsufficientNodes is set when the task fits nowhere and some node
+	// was ruled out for holding maxPerNode of its group's tasks: more
+	// nodes are needed (or fewer tasks), not more room on one.
+	InsufficientNodes bool
 }
 
 type node struct {
@@ -242,6 +268,10 @@ func (c *Cluster) Place(t Task) Result {
 		if len(short) > 0 {
 			continue
 		}
+		if t.MaxPerNode > 0 && t.Group != "" && c.groups[t.Group][n.Name] >= int(t.MaxPerNode) {
+			reasons[ReasonMaxPerNode]++
+			continue
+		}
 		if r := skewOK(n); r != "" {
 			reasons[r]++
 			continue
@@ -250,6 +280,10 @@ func (c *Cluster) Place(t Task) Result {
 	}
 	if len(fit) == 0 {
 		r := Result{Reasons: reasons, Message: message(len(c.nodes), reasons)}
+		if reasons[ReasonMaxPerNode] > 0 {
+			r.InsufficientNodes = true
+			r.Message = fmt.Sprintf("insufficient nodes for maxPerNode=%d: %s", t.MaxPerNode, r.Message)
+		}
 		switch pinned := c.byName[t.NodeName]; {
 		case pinned != nil && reasons[ReasonNotGranted] > 0:
 			r.Denied = t.Access.CheckNode(t.Work, pinned.Name, pinned.Labels)

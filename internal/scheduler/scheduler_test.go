@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -212,6 +214,39 @@ func TestPlace(t *testing.T) {
 			message: "0/2 nodes are available: 1 Disconnected, 1 insufficient cpu.",
 		},
 		{
+			name:  "maxPerNode skips a node holding as many of the group",
+			nodes: []Node{online("a", nil, nil), online("b", nil, nil)},
+			held:  []held{{task("h1", nil), "a"}, {task("h2", nil), "b"}, {task("h3", nil), "b"}},
+			task:  task("t", func(t *batchv1.Task) { t.Spec.MaxPerNode = ptr.To[int32](2) }),
+			want:  "a",
+		},
+		{
+			name:    "maxPerNode with every node full: insufficient nodes",
+			nodes:   []Node{online("a", nil, nil), online("b", nil, nil), {Name: "c", Phase: fleetv1.FleetNodeOffline}},
+			held:    []held{{task("h1", nil), "a"}, {task("h2", nil), "b"}},
+			task:    task("t", func(t *batchv1.Task) { t.Spec.MaxPerNode = ptr.To[int32](1) }),
+			message: "insufficient nodes for maxPerNode=1: 0/3 nodes are available: 2 already hold maxPerNode of the group's tasks, 1 Offline.",
+		},
+		{
+			name:  "maxPerNode counts only the task's own group",
+			nodes: []Node{online("a", nil, nil)},
+			held: []held{{task("h1", func(t *batchv1.Task) {
+				t.Labels[batchv1.LabelTaskGroup] = "other"
+			}), "a"}},
+			task: task("t", func(t *batchv1.Task) { t.Spec.MaxPerNode = ptr.To[int32](1) }),
+			want: "a",
+		},
+		{
+			name:  "maxPerNode does not bind a task of no group",
+			nodes: []Node{online("a", nil, nil)},
+			held:  []held{{task("h1", func(t *batchv1.Task) { t.Labels = nil }), "a"}},
+			task: task("t", func(t *batchv1.Task) {
+				t.Labels = nil
+				t.Spec.MaxPerNode = ptr.To[int32](1)
+			}),
+			want: "a",
+		},
+		{
 			name:    "no nodes",
 			task:    task("t", nil),
 			message: "0/0 nodes are available: no FleetNodes.",
@@ -278,10 +313,43 @@ func TestTaskFromRejectsABadSelector(t *testing.T) {
 	}
 }
 
-func TestTaskFromRejectsNegativeResources(t *testing.T) {
-	tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t"}, Spec: batchv1.TaskSpec{Resources: res("cpu", "-100")}}
-	if _, err := TaskFrom(tk); err == nil || !strings.Contains(err.Error(), "cpu is negative") {
-		t.Errorf("TaskFrom(cpu -100) = %v, want a refusal", err)
+func TestTaskFromChecksResources(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		resources corev1.ResourceList
+		wantErr   string // "" accepts
+	}{
+		{name: "standard and extended", resources: res("cpu", "1", "memory", "1Gi", "ephemeral-storage", "1Gi", "gpu", "1", "example.com/fpga", "2")},
+		{name: "negative", resources: res("cpu", "-100"), wantErr: "spec.resources[cpu] is negative (-100)"},
+		{name: "misspelt", resources: res("cpu", "1", "memroy", "1Gi"), wantErr: `spec.resources[memroy]: "memroy" is not a resource name`},
+		{name: "unprefixed extended", resources: res("fpga", "1"), wantErr: "spec.resources[fpga]"},
+		{name: "reserved prefix", resources: res("kubernetes.io/fpga", "1"), wantErr: "spec.resources[kubernetes.io/fpga]"},
+	} {
+		tk := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t"}, Spec: batchv1.TaskSpec{Resources: tc.resources}}
+		_, err := TaskFrom(tk)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, ErrInvalidResources)):
+			t.Errorf("%s: %v, want ErrInvalidResources saying %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+// maxPerNode 1 with more tasks than nodes: one per node, the rest
+// unplaced as insufficient nodes (before, two landed on one node).
+func TestPlaceMaxPerNode(t *testing.T) {
+	c := New([]Node{online("a", nil, nil), online("b", nil, nil)})
+	got := map[string]int{}
+	for i := range 3 {
+		r := c.Place(task(fmt.Sprintf("t%d", i), func(t *batchv1.Task) { t.Spec.MaxPerNode = ptr.To[int32](1) }))
+		got[r.Node]++
+		if r.Node == "" && !r.InsufficientNodes {
+			t.Errorf("task %d unplaced without InsufficientNodes: %q", i, r.Message)
+		}
+	}
+	if got["a"] != 1 || got["b"] != 1 || got[""] != 1 {
+		t.Errorf("placements = %v, want 1 on each node and 1 unplaced", got)
 	}
 }
 

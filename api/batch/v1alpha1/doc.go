@@ -2,7 +2,8 @@
 // on fleet nodes, after K8s4r's three-layer model (seed 001).
 //
 //	FleetJob (the seed's Job; named so `kubectl get jobs` keeps meaning batch/v1)
-//	 └── TaskGroup   count tasks from one template; usable on its own
+//	 └── TaskGroup   count tasks from one template, or one per matching node
+//	                 (perNode); usable on its own
 //	      └── Task   one program on one node at a time
 //
 // Status cascades upwards: a Task's state is counted into its TaskGroup's

@@ -5,15 +5,21 @@ import (
 )
 
 // TaskGroupTemplate is one group of a FleetJob.
+// +kubebuilder:validation:XValidation:rule="has(self.count) || (has(self.perNode) && self.perNode)",message="count is required unless perNode is true"
+// +kubebuilder:validation:XValidation:rule="!(has(self.perNode) && self.perNode) || !has(self.count) || self.count == 0",message="perNode makes one task per matching node: leave count unset (or 0)"
 type TaskGroupTemplate struct {
 	// name of the group; the TaskGroup is named <job>-<name>.
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
-	// count of tasks in the group.
+	// count of tasks in the group. Required unless perNode.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
-	Count    int32        `json:"count"`
+	// +optional
+	Count int32 `json:"count"`
+	// perNode: one task on every matching node (TaskGroupSpec.perNode).
+	// +optional
+	PerNode  bool         `json:"perNode,omitempty"`
 	Template TaskTemplate `json:"template"`
 }
 
@@ -54,6 +60,9 @@ type GroupSummary struct {
 	Name string `json:"name"`
 	// +optional
 	Phase GroupPhase `json:"phase,omitempty"`
+	// desired is the group's status.desired.
+	// +optional
+	Desired int32 `json:"desired"`
 	// +optional
 	Counts TaskCounts `json:"counts,omitempty"`
 }
@@ -62,6 +71,9 @@ type GroupSummary struct {
 type FleetJobStatus struct {
 	// +optional
 	Phase GroupPhase `json:"phase,omitempty"`
+	// desired is the sum of the groups' desired tasks.
+	// +optional
+	Desired int32 `json:"desired"`
 	// counts over all the job's tasks.
 	// +optional
 	Counts TaskCounts `json:"counts,omitempty"`
@@ -81,6 +93,7 @@ type FleetJobStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=fj,categories=drover
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`,description="the groups' counts, and the matching nodes of perNode groups"
 // +kubebuilder:printcolumn:name="Tasks",type=integer,JSONPath=`.status.counts.total`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pending`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.counts.active`,description="scheduled, dispatching or running"

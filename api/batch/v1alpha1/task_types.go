@@ -63,6 +63,12 @@ const (
 	ReasonAttemptsSpent = "AttemptsExhausted"
 	// ReasonDeadlineExceeded: a group ran past its activeDeadlineSeconds.
 	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonInsufficientNodes: a task fits on no node only because each
+	// node that could take it holds maxPerNode of its group's tasks.
+	ReasonInsufficientNodes = "InsufficientNodes"
+	// ReasonInvalidResources: a task asks for a resource whose name or
+	// quantity is not valid; it cannot be placed until its spec is fixed.
+	ReasonInvalidResources = "InvalidResources"
 )
 
 // EnvVar is one environment variable of a task's process.
@@ -178,7 +184,9 @@ type TaskSpec struct {
 	// +optional
 	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// resources the task holds on its node while scheduled or running,
-	// counted against the node's reported capacity (cpu, memory, …).
+	// counted against the node's reported capacity: cpu, memory,
+	// ephemeral-storage, gpu, or a domain-prefixed extended resource
+	// (example.com/fpga). Other names are refused, as a Pod's are.
 	// +optional
 	Resources corev1.ResourceList `json:"resources,omitempty"`
 	// timeout of one attempt; then SIGTERM to its process group, and
@@ -207,6 +215,13 @@ type TaskSpec struct {
 	// spread of the group's tasks over nodes or a node label.
 	// +optional
 	Spread *SpreadConstraint `json:"spread,omitempty"`
+	// maxPerNode bounds how many of the group's tasks one node holds at
+	// once (scheduled, dispatching or running): with fewer eligible nodes
+	// than tasks, the rest stay Pending, reason InsufficientNodes. Unset:
+	// no bound. A task of no TaskGroup is alone, so it always fits.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxPerNode *int32 `json:"maxPerNode,omitempty"`
 	// preferredNodes is soft node affinity (kube-scheduler's
 	// preferredDuringSchedulingIgnoredDuringExecution): among the nodes
 	// that fit, the one whose matching terms weigh most wins; then the

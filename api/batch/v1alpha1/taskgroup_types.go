@@ -9,6 +9,9 @@ const (
 	LabelFleetJob  = "batch.drover.io/fleetjob"
 	LabelTaskGroup = "batch.drover.io/taskgroup"
 	LabelIndex     = "batch.drover.io/index"
+	// LabelNode is on the tasks of a perNode group: the node the task is
+	// for (cut to a label value; the task's spec.nodeName is the whole name).
+	LabelNode = "batch.drover.io/node"
 )
 
 // GroupPhase is where a TaskGroup or FleetJob is as a whole.
@@ -71,12 +74,27 @@ type TemplateMetadata struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// TaskGroupSpec makes count tasks from one template.
+// TaskGroupSpec makes count tasks from one template, or one per matching
+// node (perNode).
+// +kubebuilder:validation:XValidation:rule="has(self.count) || (has(self.perNode) && self.perNode)",message="count is required unless perNode is true"
+// +kubebuilder:validation:XValidation:rule="!(has(self.perNode) && self.perNode) || !has(self.count) || self.count == 0",message="perNode makes one task per matching node: leave count unset (or 0)"
 type TaskGroupSpec struct {
-	// count of tasks, named <group>-<index>.
+	// count of tasks, named <group>-<index>. Required unless perNode.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
-	Count    int32        `json:"count"`
+	// +optional
+	Count int32 `json:"count"`
+	// perNode runs one task on every node the template's nodeSelector
+	// matches and a NodeGrant of the namespace allows (Nomad's system
+	// jobs, K8s4r's TaskGroup without count), each pinned to its node
+	// with spec.nodeName and named <group>-<node>. A node that joins or
+	// comes to match gets its task while the group runs; the task of a
+	// node that no longer matches (labels, grant, deleted) is deleted; the
+	// task of a node that goes Offline follows its reschedulePolicy but is
+	// never moved to another node. The group waits (Pending) while no node
+	// matches, and ends once every matching node's task has ended.
+	// +optional
+	PerNode  bool         `json:"perNode,omitempty"`
 	Template TaskTemplate `json:"template"`
 	// activeDeadlineSeconds bounds how long the group runs, counted from
 	// its creation, as a batch/v1 Job's does: then its unfinished tasks
@@ -91,6 +109,10 @@ type TaskGroupSpec struct {
 type TaskGroupStatus struct {
 	// +optional
 	Phase GroupPhase `json:"phase,omitempty"`
+	// desired is how many tasks the group wants: count, or for a perNode
+	// group the nodes that match now.
+	// +optional
+	Desired int32 `json:"desired"`
 	// +optional
 	Counts TaskCounts `json:"counts,omitempty"`
 	// +optional
@@ -108,7 +130,8 @@ type TaskGroupStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=tg,categories=drover
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Count",type=integer,JSONPath=`.spec.count`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`,description="count, or the matching nodes of a perNode group"
+// +kubebuilder:printcolumn:name="PerNode",type=boolean,JSONPath=`.spec.perNode`,priority=1
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pending`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.counts.active`,description="scheduled, dispatching or running"
 // +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.counts.running`,priority=1

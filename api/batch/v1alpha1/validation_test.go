@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -395,5 +396,99 @@ func TestNodeGrantValidation(t *testing.T) {
 				t.Fatalf("create: %v, want an error mentioning %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestResourceNames checks the admission policy's name rule: a name that
+// is neither standard nor domain-prefixed is refused on each kind, naming
+// the field; standard and extended names pass.
+func TestResourceNames(t *testing.T) {
+	ctx := context.Background()
+	bad := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "memroy": resource.MustParse("1Gi")}
+	spec := batchv1.TaskSpec{Command: []string{"true"}, Resources: bad}
+	tests := []struct {
+		obj  client.Object
+		want string
+	}{
+		{&batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "typo-task", Namespace: "default"}, Spec: spec},
+			"spec.resources[memroy]: not a resource name"},
+		{&batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Name: "typo-group", Namespace: "default"},
+			Spec: batchv1.TaskGroupSpec{Count: 1, Template: batchv1.TaskTemplate{Spec: spec}}},
+			"spec.template.spec.resources[memroy]: not a resource name"},
+		{&batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Name: "typo-job", Namespace: "default"},
+			Spec: batchv1.FleetJobSpec{TaskGroups: []batchv1.TaskGroupTemplate{
+				{Name: "fine", Count: 1, Template: batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}},
+				{Name: "scan", Count: 1, Template: batchv1.TaskTemplate{Spec: spec}},
+			}}},
+			"spec.taskGroups[scan].template.spec.resources[memroy]: not a resource name"},
+		{&batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "reserved-task", Namespace: "default"},
+			Spec: batchv1.TaskSpec{Command: []string{"true"}, Resources: corev1.ResourceList{"kubernetes.io/fpga": resource.MustParse("1")}}},
+			"spec.resources[kubernetes.io/fpga]: not a resource name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.obj.GetName(), func(t *testing.T) {
+			var err error
+			testkit.Wait(ctx, testkit.DefaultTimeout, func() string {
+				if err = env.Client.Create(ctx, tt.obj.DeepCopyObject().(client.Object)); err != nil {
+					return ""
+				}
+				if err := env.Client.Delete(ctx, tt.obj); err != nil {
+					t.Fatalf("delete what was accepted before the policy was loaded: %v", err)
+				}
+				return "the policy is not enforced yet"
+			})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("create with resource name memroy: %v; want an error saying %q", err, tt.want)
+			}
+		})
+	}
+	ok := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "named-task", Namespace: "default"},
+		Spec: batchv1.TaskSpec{Command: []string{"true"}, Resources: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi"),
+			corev1.ResourceEphemeralStorage: resource.MustParse("1Gi"), "gpu": resource.MustParse("1"),
+			"example.com/fpga": resource.MustParse("2"), "vendor/widget": resource.MustParse("1")}}}
+	if err := env.Client.Create(ctx, ok); err != nil {
+		t.Fatalf("standard and extended names: %v", err)
+	}
+}
+
+// TestPerNodeOrCount: a group has a count or is perNode, not both.
+func TestPerNodeOrCount(t *testing.T) {
+	ctx := context.Background()
+	tmpl := batchv1.TaskTemplate{Spec: batchv1.TaskSpec{Command: []string{"true"}}}
+	both := &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Name: "both", Namespace: "default"},
+		Spec: batchv1.TaskGroupSpec{Count: 2, PerNode: true, Template: tmpl}}
+	if err := env.Client.Create(ctx, both); err == nil || !strings.Contains(err.Error(), "leave count unset") {
+		t.Errorf("count 2 with perNode: %v; want a refusal", err)
+	}
+	job := &batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Name: "both", Namespace: "default"},
+		Spec: batchv1.FleetJobSpec{TaskGroups: []batchv1.TaskGroupTemplate{{Name: "a", Count: 3, PerNode: true, Template: tmpl}}}}
+	if err := env.Client.Create(ctx, job); err == nil || !strings.Contains(err.Error(), "leave count unset") {
+		t.Errorf("a job's group with count 3 and perNode: %v; want a refusal", err)
+	}
+	// Without count (as kubectl users write it): refused unless perNode.
+	for _, tc := range []struct {
+		name, spec, want string
+	}{
+		{"no-count", `{"template": {"spec": {"command": ["true"]}}}`, "count is required unless perNode is true"},
+		{"per-node", `{"perNode": true, "template": {"spec": {"command": ["true"]}}}`, ""},
+	} {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("batch.drover.io/v1alpha1")
+		u.SetKind("TaskGroup")
+		u.SetName(tc.name)
+		u.SetNamespace("default")
+		var spec map[string]any
+		if err := json.Unmarshal([]byte(tc.spec), &spec); err != nil {
+			t.Fatal(err)
+		}
+		u.Object["spec"] = spec
+		err := env.Client.Create(ctx, u)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v; want accepted", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v; want an error saying %q", tc.name, err, tc.want)
+		}
 	}
 }

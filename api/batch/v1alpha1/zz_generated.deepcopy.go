@@ -502,6 +502,11 @@ func (in *TaskSpec) DeepCopyInto(out *TaskSpec) {
 		*out = new(SpreadConstraint)
 		**out = **in
 	}
+	if in.MaxPerNode != nil {
+		in, out := &in.MaxPerNode, &out.MaxPerNode
+		*out = new(int32)
+		**out = **in
+	}
 	if in.PreferredNodes != nil {
 		in, out := &in.PreferredNodes, &out.PreferredNodes
 		*out = make([]PreferredNodeTerm, len(*in))

@@ -2,7 +2,10 @@
 // TaskGroup → Task (K8s4r's three layers, seed 001).
 //
 //   - FleetJobReconciler makes a job's TaskGroups and sums their status;
-//   - TaskGroupReconciler makes a group's Tasks and counts their states;
+//   - TaskGroupReconciler makes a group's Tasks and counts their states: count
+//     of them, or for a perNode group one pinned to each FleetNode that its
+//     template's nodeSelector matches and a NodeGrant of its namespace
+//     allows (it watches FleetNodes for that; see pernode.go);
 //   - Scheduler is one loop for all Pending tasks: it orders them (priority,
 //     then age) and places them with internal/scheduler, Pending → Scheduled
 //     with status.nodeName and status.attempt, only on nodes a NodeGrant of
@@ -37,8 +40,16 @@
 // longer holds the old attempt and the agent cancels it if the node comes
 // back: an attempt is never run twice.
 //
-// Events: Scheduled, FailedScheduling and NotGranted (once per distinct
-// message) on Tasks; BackOff, NodeLost, DispatchTimeout and
+// A group's phase is Running once any of its tasks is placed on a node
+// (Scheduled or later); a perNode group waits Pending while no node matches
+// rather than ending with zero tasks. A task asking for more of its group on
+// one node than its maxPerNode allows waits with reason InsufficientNodes;
+// one whose resources are not valid (a name that is neither standard nor
+// domain-prefixed, a negative quantity: stored before the admission policy)
+// waits with reason InvalidResources.
+//
+// Events: Scheduled, FailedScheduling, InsufficientNodes, InvalidResources
+// and NotGranted (once per distinct message) on Tasks; BackOff, NodeLost, DispatchTimeout and
 // AttemptsExhausted when an attempt ends; Running, Completed and Failed on
 // TaskGroups and FleetJobs when their phase changes, and FailedCreate when
 // the API refuses what they create; GrantsNothing on a NodeGrant whose

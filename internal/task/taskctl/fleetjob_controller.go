@@ -149,7 +149,7 @@ func (w *jobRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error) {
 // job-wide settings filled in where the template has none (the schema
 // gives restartPolicy and reschedulePolicy no default for this reason).
 func desiredSpec(job *batchv1.FleetJob, tmpl batchv1.TaskGroupTemplate) batchv1.TaskGroupSpec {
-	spec := batchv1.TaskGroupSpec{Count: tmpl.Count, Template: *tmpl.Template.DeepCopy()}
+	spec := batchv1.TaskGroupSpec{Count: tmpl.Count, PerNode: tmpl.PerNode, Template: *tmpl.Template.DeepCopy()}
 	ts := &spec.Template.Spec
 	if ts.NodeSelector == nil && job.Spec.NodeSelector != nil {
 		ts.NodeSelector = job.Spec.NodeSelector.DeepCopy()
@@ -237,29 +237,38 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	before := job.Status.DeepCopy()
 	var total batchv1.TaskCounts
 	var want int32
-	lagging := false
+	lagging, waiting := false, false
 	summaries := make([]batchv1.GroupSummary, 0, len(job.Spec.TaskGroups))
 	for _, tmpl := range job.Spec.TaskGroups {
-		want += tmpl.Count
-		s := batchv1.GroupSummary{Name: tmpl.Name, Phase: batchv1.GroupPending}
+		s := batchv1.GroupSummary{Name: tmpl.Name, Phase: batchv1.GroupPending, Desired: tmpl.Count}
 		g := w.groups[groupName(job.Name, tmpl.Name)]
 		// A group whose status lags its spec (just created, or its count
 		// just changed) counts what it has, but the job cannot end on it:
 		// counts that lag in opposite directions could add up to want.
-		if g == nil || g.Status.ObservedGeneration != g.Generation || g.Spec.Count != tmpl.Count {
+		if g == nil || g.Status.ObservedGeneration != g.Generation || g.Spec.Count != tmpl.Count || g.Spec.PerNode != tmpl.PerNode {
 			lagging = true
 		}
 		if g != nil && g.Status.Phase != "" {
 			s.Phase, s.Counts = g.Status.Phase, g.Status.Counts
+			if tmpl.PerNode {
+				s.Desired = g.Status.Desired
+			}
 		}
+		// A perNode group wants as many tasks as nodes match: the job
+		// ends only once that group has (it waits while none match).
+		if tmpl.PerNode && !s.Phase.Final() {
+			waiting = true
+		}
+		want += s.Desired
 		addCounts(&total, s.Counts)
 		summaries = append(summaries, s)
 	}
 	st := &job.Status
 	st.Counts = total
 	st.Groups = summaries
-	st.Phase = phaseOf(total, want, before.Phase)
-	if lagging && st.Phase.Final() {
+	st.Desired = want
+	st.Phase = phaseOf(total, want, before.Phase, false)
+	if (lagging || waiting) && st.Phase.Final() {
 		// Written once the groups have caught up (their status brings
 		// us back): a final phase is kept for good (settled).
 		st.Phase = batchv1.GroupRunning

@@ -146,23 +146,30 @@ func TestHistoryKeepsTheLast20(t *testing.T) {
 
 func TestPhaseOf(t *testing.T) {
 	tests := []struct {
-		c    batchv1.TaskCounts
-		want int32
-		prev batchv1.GroupPhase
-		out  batchv1.GroupPhase
+		c       batchv1.TaskCounts
+		want    int32
+		prev    batchv1.GroupPhase
+		out     batchv1.GroupPhase
+		perNode bool
 	}{
-		{batchv1.TaskCounts{}, 3, "", batchv1.GroupPending},
-		{batchv1.TaskCounts{Total: 3, Pending: 2, Scheduled: 1}, 3, "", batchv1.GroupPending},
-		{batchv1.TaskCounts{Total: 3, Pending: 2, Running: 1}, 3, "", batchv1.GroupRunning},
-		{batchv1.TaskCounts{Total: 3, Pending: 3}, 3, batchv1.GroupRunning, batchv1.GroupRunning},
-		{batchv1.TaskCounts{Total: 2, Completed: 2}, 3, "", batchv1.GroupRunning},
-		{batchv1.TaskCounts{Total: 3, Completed: 3}, 3, batchv1.GroupRunning, batchv1.GroupCompleted},
-		{batchv1.TaskCounts{Total: 3, Completed: 2, Failed: 1}, 3, batchv1.GroupRunning, batchv1.GroupFailed},
-		{batchv1.TaskCounts{}, 0, "", batchv1.GroupCompleted},
+		{c: batchv1.TaskCounts{}, want: 3, out: batchv1.GroupPending},
+		// Placed on a node is running, as its condition says ("1 running").
+		{c: batchv1.TaskCounts{Total: 3, Pending: 2, Scheduled: 1}, want: 3, out: batchv1.GroupRunning},
+		{c: batchv1.TaskCounts{Total: 1, Dispatching: 1}, want: 1, out: batchv1.GroupRunning},
+		// A perNode group with no node yet waits; a counted one of 0 is done.
+		{c: batchv1.TaskCounts{}, want: 0, out: batchv1.GroupPending, perNode: true},
+		{c: batchv1.TaskCounts{}, want: 0, prev: batchv1.GroupRunning, out: batchv1.GroupRunning, perNode: true},
+		{c: batchv1.TaskCounts{Total: 2, Completed: 2}, want: 2, prev: batchv1.GroupRunning, out: batchv1.GroupCompleted, perNode: true},
+		{c: batchv1.TaskCounts{Total: 3, Pending: 2, Running: 1}, want: 3, out: batchv1.GroupRunning},
+		{c: batchv1.TaskCounts{Total: 3, Pending: 3}, want: 3, prev: batchv1.GroupRunning, out: batchv1.GroupRunning},
+		{c: batchv1.TaskCounts{Total: 2, Completed: 2}, want: 3, out: batchv1.GroupRunning},
+		{c: batchv1.TaskCounts{Total: 3, Completed: 3}, want: 3, prev: batchv1.GroupRunning, out: batchv1.GroupCompleted},
+		{c: batchv1.TaskCounts{Total: 3, Completed: 2, Failed: 1}, want: 3, prev: batchv1.GroupRunning, out: batchv1.GroupFailed},
+		{c: batchv1.TaskCounts{}, want: 0, out: batchv1.GroupCompleted},
 	}
 	for _, tt := range tests {
-		if got := phaseOf(tt.c, tt.want, tt.prev); got != tt.out {
-			t.Errorf("phaseOf(%+v, %d, %q) = %s, want %s", tt.c, tt.want, tt.prev, got, tt.out)
+		if got := phaseOf(tt.c, tt.want, tt.prev, tt.perNode); got != tt.out {
+			t.Errorf("phaseOf(%+v, %d, %q, perNode %v) = %s, want %s", tt.c, tt.want, tt.prev, tt.perNode, got, tt.out)
 		}
 	}
 }

@@ -115,6 +115,9 @@ type decision struct {
 	node    string
 	message string
 	denied  bool // the tenancy policy alone rules it out
+	// reason of a task left Pending when it is not Unschedulable or
+	// NotGranted: InsufficientNodes, InvalidResources.
+	reason string
 }
 
 // Reconcile runs one scheduling loop.
@@ -173,6 +176,9 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 			if selErr != nil {
 				d.message = selErr.Error()
 				d.st.Key = "" // marks it unplaceable
+				if errors.Is(selErr, scheduler.ErrInvalidResources) {
+					d.reason = batchv1.ReasonInvalidResources
+				}
 			}
 			due = append(due, d)
 		}
@@ -209,6 +215,9 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 		d := byKey[st.Key]
 		r := cluster.Place(st)
 		d.node, d.message, d.denied = r.Node, r.Message, r.Denied != nil
+		if r.Node == "" && r.Denied == nil && r.InsufficientNodes {
+			d.reason = batchv1.ReasonInsufficientNodes
+		}
 		if r.Node == "" && (r.Denied != nil || r.Reasons[scheduler.ReasonNotGranted] > 0) {
 			notGranted++
 		}
@@ -261,8 +270,11 @@ func (s *Scheduler) write(ctx context.Context, d *decision, now time.Time) error
 			Reason: batchv1.ReasonScheduled, Message: st.Message, LastTransitionTime: metav1.NewTime(now), ObservedGeneration: t.Generation})
 	} else {
 		reason := batchv1.ReasonUnschedulable
-		if d.denied {
+		switch {
+		case d.denied:
 			reason = ReasonNotGranted
+		case d.reason != "":
+			reason = d.reason
 		}
 		if d.task.Status.State == batchv1.TaskPending && d.task.Status.Reason == reason && d.task.Status.Message == d.message {
 			return nil // said already: no write, no Event
@@ -293,8 +305,11 @@ func (s *Scheduler) write(ctx context.Context, d *decision, now time.Time) error
 	log.FromContext(ctx).Info("task unschedulable", "Task", client.ObjectKeyFromObject(t), "reason", st.Reason, "message", d.message)
 	if s.Recorder != nil {
 		reason := ReasonFailedScheduling
-		if d.denied {
+		switch {
+		case d.denied:
 			reason = ReasonNotGranted
+		case d.reason != "":
+			reason = d.reason
 		}
 		s.Recorder.Eventf(t, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", d.message)
 	}

@@ -141,16 +141,19 @@ func addCounts(c *batchv1.TaskCounts, o batchv1.TaskCounts) {
 }
 
 // phaseOf is the phase of tasks counted c out of want: final only when all
-// want tasks are counted and final; Running once any task started (and
-// then not Pending again, though a restarted task is Pending once more).
-func phaseOf(c batchv1.TaskCounts, want int32, prev batchv1.GroupPhase) batchv1.GroupPhase {
-	if c.Total == want && c.Completed+c.Failed == c.Total {
+// want tasks are counted and final; Running once any task is placed on a
+// node (Scheduled, as a Pod bound to a node counts as started for its
+// Job; and then not Pending again, though a restarted task is Pending once
+// more). waitForSome: none wanted is not done but waiting (a perNode
+// group before any node matches).
+func phaseOf(c batchv1.TaskCounts, want int32, prev batchv1.GroupPhase, waitForSome bool) batchv1.GroupPhase {
+	if c.Total == want && c.Completed+c.Failed == c.Total && (want > 0 || !waitForSome) {
 		if c.Failed > 0 {
 			return batchv1.GroupFailed
 		}
 		return batchv1.GroupCompleted
 	}
-	if c.Dispatching+c.Running+c.Completed+c.Failed > 0 || prev != "" && prev != batchv1.GroupPending {
+	if c.Scheduled+c.Dispatching+c.Running+c.Completed+c.Failed > 0 || prev != "" && prev != batchv1.GroupPending {
 		return batchv1.GroupRunning
 	}
 	return batchv1.GroupPending

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,8 @@ import (
 )
 
 // TaskGroupReconciler keeps count Tasks named <group>-<index> for each
-// TaskGroup and counts their states into its status.
+// TaskGroup, or for a perNode group one Task per matching node (see
+// pernode.go), and counts their states into its status.
 //
 // Scaling: raising count creates the missing indices; lowering it deletes
 // the tasks at index ≥ count (a running one is cancelled by its hub). A
@@ -60,10 +62,12 @@ type TaskGroupReconciler struct {
 // +kubebuilder:rbac:groups=batch.drover.io,resources=taskgroups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch.drover.io,resources=tasks,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=fleet.drover.io,resources=nodegrants,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // SetupWithManager registers the controller. A change of NodeGrants or of
-// a namespace's labels brings back the groups whose Tasks were refused.
+// a namespace's labels brings back the groups whose Tasks were refused, and
+// the perNode groups; a FleetNode's too (joined, left, labels changed).
 func (r *TaskGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Clock = clock.Or(r.Clock)
 	if r.CreateRetry <= 0 {
@@ -75,12 +79,14 @@ func (r *TaskGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&batchv1.Task{}).
 		Watches(&fleetv1.NodeGrant{}, handler.EnqueueRequestsFromMapFunc(r.refusedGroups), onUpdate(grantMatters)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.refusedGroups), builder.OnlyMetadata, onUpdate(namespaceMatters)).
+		Watches(&fleetv1.FleetNode{}, handler.EnqueueRequestsFromMapFunc(r.perNodeGroups), onUpdate(nodeMembershipMatters)).
 		Complete(r)
 }
 
 // refusedGroups maps a NodeGrant (every namespace) or a Namespace (its
-// own) to the groups whose Tasks the API refused: the policy may let them
-// through now.
+// own) to the groups whose Tasks the API refused, and to the perNode groups
+// that are not done: the policy may let them through, or grant them other
+// nodes, now.
 func (r *TaskGroupReconciler) refusedGroups(ctx context.Context, obj client.Object) []reconcile.Request {
 	var opts []client.ListOption
 	if _, ok := obj.(*fleetv1.NodeGrant); !ok {
@@ -93,7 +99,9 @@ func (r *TaskGroupReconciler) refusedGroups(ctx context.Context, obj client.Obje
 	}
 	var out []reconcile.Request
 	for i := range list.Items {
-		if meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, ConditionCreateFailed) {
+		g := &list.Items[i]
+		if meta.IsStatusConditionTrue(g.Status.Conditions, ConditionCreateFailed) ||
+			g.Spec.PerNode && !settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}
@@ -118,13 +126,16 @@ func (r *TaskGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	w := &groupRun{r: r, group: &g, name: g.Name, namespace: g.Namespace}
 	if settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation) {
-		// Done: only tasks beyond count (none, unless it shrank) go.
+		// Done: only tasks beyond count (none, unless it shrank) go; a
+		// perNode group keeps the tasks it ended with.
+		w.keepNodes = g.Spec.PerNode
 		return ctrlkit.IgnoreExit(ctrlkit.Sequential(
 			ctrlkit.NewAction("LoadTasks", w.loadTasks),
 			ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
 		).Run(ctx))
 	}
 	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
+		ctrlkit.NewAction("Nodes", w.nodes),
 		ctrlkit.NewAction("LoadTasks", w.loadTasks),
 		ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
 		ctrlkit.NewAction("Deadline", w.deadline),
@@ -139,9 +150,16 @@ type groupRun struct {
 	group           *batchv1.TaskGroup
 	name, namespace string
 
-	mine        map[int]*batchv1.Task // the group's tasks by index
-	terminating map[int]bool          // indices whose task is being deleted
-	unwanted    []*batchv1.Task       // a deleted or earlier group's, or index ≥ count
+	// want are the keys of the tasks the group wants, in order: indices
+	// "0".."count-1", or a perNode group's node names.
+	want        []string
+	mine        map[string]*batchv1.Task // the group's tasks by key
+	terminating map[string]bool          // keys whose task is being deleted
+	unwanted    []*batchv1.Task          // a deleted or earlier group's, index ≥ count, or a node that no longer matches
+	// perNode: the nodes the group may have (nodes), or keep the nodes
+	// its tasks are on (keepNodes: it is done).
+	nodeSet   nodeSet
+	keepNodes bool
 	// stale: a task existed that the cache did not show; counting now
 	// could count a finished task as new. Its arrival brings us back.
 	stale atomic.Bool
@@ -170,10 +188,11 @@ func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.NoRequeue()
 	}
 	// A group whose tasks all ended in time (reconciled late) ends as they
-	// did; only one with work left is cut short.
-	done := len(w.terminating) == 0
-	for i := range int(g.Spec.Count) {
-		if t := w.mine[i]; t == nil || !t.Status.State.Final() {
+	// did; only one with work left is cut short (a perNode group that no
+	// node ever matched has all its work left).
+	done := len(w.terminating) == 0 && (len(w.want) > 0 || !g.Spec.PerNode)
+	for _, k := range w.want {
+		if t := w.mine[k]; t == nil || !t.Status.State.Final() {
 			done = false
 		}
 	}
@@ -194,32 +213,98 @@ func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
 	return ctrlkit.NoRequeue()
 }
 
+// nodes reads the nodes a perNode group may have.
+func (w *groupRun) nodes(ctx context.Context) (reconcile.Result, error) {
+	if !w.group.Spec.PerNode {
+		return ctrlkit.NoRequeue()
+	}
+	set, err := perNodeSet(ctx, w.r.Client, w.group)
+	if err != nil {
+		return ctrlkit.RequeueIfError(err)
+	}
+	w.nodeSet = set
+	return ctrlkit.NoRequeue()
+}
+
+// keyOf is t's key in its group (its index, or its node), and whether the
+// group, as it is now, may have it.
+func (w *groupRun) keyOf(t *batchv1.Task) (string, bool) {
+	g := w.group
+	if g == nil {
+		return "", false
+	}
+	if g.Spec.PerNode {
+		n := t.Spec.NodeName
+		return n, n != "" && (w.keepNodes || w.nodeSet.matching[n])
+	}
+	idx, err := strconv.Atoi(t.Labels[batchv1.LabelIndex])
+	return strconv.Itoa(idx), err == nil && idx >= 0 && idx < int(g.Spec.Count)
+}
+
 func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
 	var list batchv1.TaskList
 	if err := w.r.Client.List(ctx, &list, client.InNamespace(w.namespace), client.MatchingLabels{batchv1.LabelTaskGroup: kname.LabelValue(w.name)}); err != nil {
 		return ctrlkit.RequeueIfErrorAndWrap("list Tasks", err)
 	}
-	w.mine, w.terminating = map[int]*batchv1.Task{}, map[int]bool{}
+	w.mine, w.terminating = map[string]*batchv1.Task{}, map[string]bool{}
 	for i := range list.Items {
 		t := &list.Items[i]
 		owner := controllerOf(t)
 		if owner == nil || owner.Kind != "TaskGroup" || owner.Name != w.name {
 			continue // a name-alike's task
 		}
-		idx, err := strconv.Atoi(t.Labels[batchv1.LabelIndex])
-		if w.group == nil || owner.UID != w.group.UID || err != nil || idx < 0 || idx >= int(w.group.Spec.Count) {
+		key, ok := w.keyOf(t)
+		if !ok || owner.UID != w.group.UID || w.mine[key] != nil && t.DeletionTimestamp == nil {
 			w.unwanted = append(w.unwanted, t)
 			continue
 		}
 		if t.DeletionTimestamp != nil {
 			// Its replacement is made once it is gone (a finalizer may
 			// hold it while its hub cancels the process).
-			w.terminating[idx] = true
+			w.terminating[key] = true
 			continue
 		}
-		w.mine[idx] = t
+		w.mine[key] = t
 	}
+	w.want = w.wanted()
 	return ctrlkit.NoRequeue()
+}
+
+// wanted are the keys of the tasks the group wants: its indices, or the
+// nodes that have its task (being deleted or not) and those that may get one.
+func (w *groupRun) wanted() []string {
+	g := w.group
+	if g == nil {
+		return nil
+	}
+	if !g.Spec.PerNode {
+		out := make([]string, g.Spec.Count)
+		for i := range out {
+			out[i] = strconv.Itoa(i)
+		}
+		return out
+	}
+	seen := map[string]bool{}
+	var out []string
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(w.mine)) {
+		add(n)
+	}
+	for _, n := range slices.Sorted(maps.Keys(w.terminating)) {
+		add(n)
+	}
+	if !w.keepNodes {
+		for _, n := range w.nodeSet.joinable {
+			add(n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error) {
@@ -235,8 +320,12 @@ func (w *groupRun) deleteUnwanted(ctx context.Context) (reconcile.Result, error)
 			log.FromContext(ctx).Info("deleted task", "Task", t.Name, "state", t.Status.State)
 			if w.group != nil && w.r.Recorder != nil && t.Status.State.Holds() {
 				// A running process is stopped: say why, on the group.
+				why := fmt.Sprintf("not one of the group's %d tasks any more", w.group.Spec.Count)
+				if w.group.Spec.PerNode {
+					why = "its node no longer matches the group's nodeSelector and NodeGrants, or is gone"
+				}
 				w.r.Recorder.Eventf(w.group, nil, corev1.EventTypeNormal, "ScaledDown", "Delete",
-					"deleted task %s (%s on node %s): not one of the group's %d tasks any more", t.Name, t.Status.State, t.Status.NodeName, w.group.Spec.Count)
+					"deleted task %s (%s on node %s): %s", t.Name, t.Status.State, t.Status.NodeName, why)
 			}
 		}
 	}
@@ -251,16 +340,16 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(8)
 	var missing []*batchv1.Task
-	for i := range int(g.Spec.Count) {
-		if w.mine[i] != nil || w.terminating[i] {
+	for _, k := range w.want {
+		if w.mine[k] != nil || w.terminating[k] {
 			continue
 		}
-		t, err := newTask(g, i, w.r.Client.Scheme())
+		t, err := newTask(g, k, w.r.Client.Scheme())
 		if err != nil {
 			return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
 		}
 		missing = append(missing, t)
-		w.mine[i] = t // counted as Pending
+		w.mine[k] = t // counted as Pending
 	}
 	for _, t := range missing {
 		eg.Go(func() error {
@@ -288,20 +377,29 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 	return ctrlkit.NoRequeue()
 }
 
-// newTask is task index of group g.
-func newTask(g *batchv1.TaskGroup, index int, scheme *runtime.Scheme) (*batchv1.Task, error) {
+// newTask is the task of group g with key: its index, or for a perNode
+// group its node, to which it is pinned.
+func newTask(g *batchv1.TaskGroup, key string, scheme *runtime.Scheme) (*batchv1.Task, error) {
 	labels := map[string]string{}
 	maps.Copy(labels, g.Spec.Template.Labels)
 	maps.Copy(labels, g.Spec.Template.Metadata.Labels)
 	labels[batchv1.LabelTaskGroup] = kname.LabelValue(g.Name)
-	labels[batchv1.LabelIndex] = strconv.Itoa(index)
 	if j := g.Labels[batchv1.LabelFleetJob]; j != "" {
 		labels[batchv1.LabelFleetJob] = j
 	}
+	name := g.Name + "-" + key
+	spec := g.Spec.Template.Spec.DeepCopy()
+	if g.Spec.PerNode {
+		labels[batchv1.LabelNode] = kname.LabelValue(key)
+		name = perNodeTaskName(g.Name, key)
+		spec.NodeName = key
+	} else {
+		labels[batchv1.LabelIndex] = key
+	}
 	t := &batchv1.Task{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.Name, index), Namespace: g.Namespace, Labels: labels,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: g.Namespace, Labels: labels,
 			Annotations: maps.Clone(g.Spec.Template.Metadata.Annotations)},
-		Spec: *g.Spec.Template.Spec.DeepCopy(),
+		Spec: *spec,
 	}
 	return t, controllerutil.SetControllerReference(g, t, scheme)
 }
@@ -312,8 +410,8 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.NoRequeue()
 	}
 	var c batchv1.TaskCounts
-	for i := range int(g.Spec.Count) {
-		t := w.mine[i]
+	for _, k := range w.want {
+		t := w.mine[k]
 		switch {
 		case w.expired && (t == nil || !t.Status.State.Final()):
 			// Stopped at the deadline (or never made): failed.
@@ -324,13 +422,18 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	}
 	before := g.Status.DeepCopy()
 	st := &g.Status
+	desired := int32(len(w.want))
 	st.Counts = c
-	st.Phase = phaseOf(c, g.Spec.Count, before.Phase)
+	st.Desired = desired
+	st.Phase = phaseOf(c, desired, before.Phase, g.Spec.PerNode)
 	st.ObservedGeneration = g.Generation
-	complete := completeCondition(st.Phase, c, g.Spec.Count, g.Generation)
+	complete := completeCondition(st.Phase, c, desired, g.Generation)
+	if g.Spec.PerNode && desired == 0 {
+		complete.Message = "no node matches yet: one task is made for each Online node that matches the template's nodeSelector and a NodeGrant of the namespace allows (perNode)"
+	}
 	if w.expired {
 		st.Phase = batchv1.GroupFailed
-		complete = completeCondition(st.Phase, c, g.Spec.Count, g.Generation)
+		complete = completeCondition(st.Phase, c, desired, g.Generation)
 		complete.Reason = batchv1.ReasonDeadlineExceeded
 		complete.Message = fmt.Sprintf("active for more than activeDeadlineSeconds (%ds): %d unfinished tasks stopped; %s",
 			*g.Spec.ActiveDeadlineSeconds, w.stopped, complete.Message)
