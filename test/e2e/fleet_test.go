@@ -281,7 +281,8 @@ func TestNodeJobCLI(t *testing.T) {
 	})
 	testkit.Eventually(t, defaultTimeout, func() string {
 		out, err := c.cli(t, "describe", "nuj", "canary")
-		if err != nil || !regexp.MustCompile(`edge-job\s+InProgress\s+WaitingConfirmation`).MatchString(out) {
+		// The seed's Confirm action, between Check and BackUp, waits.
+		if err != nil || !regexp.MustCompile(`edge-job\s+InProgress\s+Confirm\s`).MatchString(out) || !regexp.MustCompile(`Confirm\s+waiting\s+since`).MatchString(out) {
 			return fmt.Sprintf("not waiting for confirmation: %q, %v", out, err)
 		}
 		return ""
