@@ -62,7 +62,9 @@ func newServerCommand(g *globalOptions) *cobra.Command {
 		Long: `Run everything Drover needs on one machine: an embedded etcd and kube-apiserver,
 Drover's CRDs, the manager and one hub. State lives under --data-dir and
 survives restarts. An admin kubeconfig is written to <data-dir>/kubeconfig and
-Drover's CA (for agents' --ca-file) to <data-dir>/ca.crt.`,
+Drover's CA (for agents' --ca-file) to <data-dir>/ca.crt. The terminal shows
+Drover's progress, warnings and errors; the full log is in
+<data-dir>/server.log (-v shows it on the terminal too).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.out = cmd.OutOrStdout()
