@@ -21,10 +21,18 @@ type globalOptions struct {
 	logLevel   string
 }
 
-func (g *globalOptions) logger(w io.Writer) (*slog.Logger, error) {
+func (g *globalOptions) level() (slog.Level, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	return lvl, nil
+}
+
+func (g *globalOptions) logger(w io.Writer) (*slog.Logger, error) {
+	lvl, err := g.level()
+	if err != nil {
+		return nil, err
 	}
 	l := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 	// controller-runtime reads its logger from a process-wide slot; fill it

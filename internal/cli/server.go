@@ -37,6 +37,7 @@ type serverOptions struct {
 	dataDir string
 	apiPort int
 	comp    componentOptions
+	verbose bool
 	out     io.Writer
 	// prepare, if set, runs once the API is installed, before the manager
 	// and hub start (`drover up`'s NodeGrant).
@@ -61,7 +62,9 @@ func newServerCommand(g *globalOptions) *cobra.Command {
 		Long: `Run everything Drover needs on one machine: an embedded etcd and kube-apiserver,
 Drover's CRDs, the manager and one hub. State lives under --data-dir and
 survives restarts. An admin kubeconfig is written to <data-dir>/kubeconfig and
-Drover's CA (for agents' --ca-file) to <data-dir>/ca.crt.`,
+Drover's CA (for agents' --ca-file) to <data-dir>/ca.crt. The terminal shows
+Drover's progress, warnings and errors; the full log is in
+<data-dir>/server.log (-v shows it on the terminal too).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.out = cmd.OutOrStdout()
@@ -87,6 +90,8 @@ func (o *serverOptions) addFlags(cmd *cobra.Command) {
 	o.comp.signer.addServeFlags(fs, "127.0.0.1:0")
 	fs.BoolVar(&o.comp.leaderElect, "leader-elect", true,
 		"hold the drover-manager Lease, so that a `drover manager` started against this control plane stands by")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false,
+		"log at --log-level on the terminal too (default: warnings and errors there; everything in <data-dir>/"+serverLogName+")")
 }
 
 // Validate checks the flags.
@@ -99,20 +104,29 @@ func (o *serverOptions) Validate() error {
 
 // Run runs the server until ctx ends. ready, if set, runs once everything
 // is up, while the server keeps running.
-func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, serverInfo) error) error {
+func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, serverInfo) error) (retErr error) {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	log, err := o.g.logger(os.Stderr)
+	sl, err := o.g.serverLogger(os.Stderr, o.dataDir, o.verbose)
 	if err != nil {
 		return err
 	}
+	defer sl.Close()
+	defer sl.stopOn(ctx)()
+	log := sl.Logger
 	began := time.Now()
+	fmt.Fprintf(o.out, "Starting Drover in %s (full log: %s) ...\n", o.dataDir, sl.path)
 	log.Info("starting control plane", "dataDir", o.dataDir)
-	// The control plane has a context of its own, ended on every return:
-	// an error after it started must stop it, not wait for it.
-	cpCtx, stopCP := context.WithCancel(ctx)
+	// The control plane has a context of its own, ended on every return
+	// (an error after it started must stop it, not wait for it), but only
+	// after the manager stopped: the manager releases its Lease and flushes
+	// its events through the API server on the way out. While it starts,
+	// ctx still ends it.
+	cpCtx, stopCP := context.WithCancel(context.WithoutCancel(ctx))
+	detach := context.AfterFunc(ctx, stopCP)
 	cp, err := controlplane.Start(cpCtx, controlplane.Options{DataDir: o.dataDir, APIServerPort: o.apiPort, Logger: log.With("component", "controlplane")})
+	detach()
 	if err != nil {
 		stopCP()
 		return err
@@ -121,6 +135,10 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 		stopCP()
 		if err := cp.Wait(); err != nil && ctx.Err() == nil {
 			log.Error("control plane stopped", "err", err)
+		}
+		log.Info("drover server stopped")
+		if retErr == nil {
+			fmt.Fprintln(o.out, "Drover stopped.")
 		}
 	}()
 	cfg := cp.RESTConfig()
@@ -200,9 +218,7 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 			return ready(ctx, serverInfo{Kubeconfig: kubeconfig, Hub: hubAddr, MQTT: mqttURL, CAFile: caAbs, Client: c, Log: log})
 		})
 	}
-	err = g.Wait()
-	log.Info("drover server stopped")
-	return err
+	return g.Wait()
 }
 
 // installPolicies installs the admission policies embedded from

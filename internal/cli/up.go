@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -101,11 +102,18 @@ func (o *upOptions) Run(ctx context.Context) error {
 			return err
 		}
 		names := make([]string, 0, o.agents)
+		// Ended by ctx; waited for so that `drover up` returns once its
+		// agents have stopped.
+		var agents sync.WaitGroup
 		for i := 1; i <= o.agents; i++ {
 			name := o.namePrefix + "-" + strconv.Itoa(i)
 			names = append(names, name)
 			dir, _ := filepath.Abs(filepath.Join(o.server.dataDir, "agents", name))
 			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			agentBin, err := agentBinaryCopy(bin, filepath.Join(dir, "bin"))
+			if err != nil {
 				return err
 			}
 			logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -122,16 +130,18 @@ func (o *upOptions) Run(ctx context.Context) error {
 			if o.transport == "mqtt" {
 				args = append(args, "--transport", "mqtt", "--mqtt-broker", info.MQTT, "--mqtt-prefix", o.server.comp.mqtt.prefix)
 			}
-			cmd := exec.Command(bin, args...)
+			cmd := exec.Command(agentBin, args...)
 			cmd.Stdout, cmd.Stderr = logf, logf
 			if err := cmd.Start(); err != nil {
 				logf.Close()
 				return fmt.Errorf("start agent %s: %w", name, err)
 			}
-			go superviseAgent(ctx, cmd, logf, name, info)
+			agents.Go(func() { superviseAgent(ctx, cmd, logf, name, info) })
 		}
-		fmt.Fprintf(o.server.out, "Started %d local agents (logs under %s).\n", o.agents, filepath.Join(o.server.dataDir, "agents"))
+		fmt.Fprintf(o.server.out, "Started %d local agents (logs and binaries under %s).\n", o.agents, filepath.Join(o.server.dataDir, "agents"))
 		o.waitOnline(ctx, info, names)
+		<-ctx.Done()
+		agents.Wait()
 		return nil
 	})
 }
@@ -205,7 +215,15 @@ func superviseAgent(ctx context.Context, cmd *exec.Cmd, logf *os.File, name stri
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		info.Log.Error("agent exited", "node", name, "err", err, "log", logf.Name())
+		switch {
+		case ctx.Err() != nil:
+		case err == nil:
+			// A signal to the process group (Ctrl-C) may reach the agent
+			// before `drover up` sees it.
+			info.Log.Info("agent stopped", "node", name, "log", logf.Name())
+		default:
+			info.Log.Error("agent exited", "node", name, "err", err, "log", logf.Name())
+		}
 	case <-ctx.Done():
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {

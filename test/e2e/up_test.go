@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +37,20 @@ func TestUpThenServerRestart(t *testing.T) {
 	up.waitLine(t, regexp.MustCompile(`^2/2 agents Online$`), defaultTimeout)
 	c := &cluster{drover: drover, agent: agent, kubeconfig: m[1], ca: m[3]}
 	c.connect(t)
+	// Each agent runs from a copy of its own, which its upgrades replace.
+	agents := agentProcesses(t, up.cmd.Process.Pid)
+	for _, n := range []string{"node-1", "node-2"} {
+		if want := filepath.Join(dir, "agents", n, "bin", "drover-agent"); agents[n].exe != want {
+			t.Errorf("agent %s runs %q, want its own copy %s (all: %v)", n, agents[n].exe, want, agents)
+		}
+	}
+	// The terminal has Drover's lines; controller-runtime's go to the file.
+	if out := up.Output(); strings.Contains(out, "Starting EventSource") {
+		t.Errorf("drover up printed controller-runtime's info lines without -v:\n%s", tail(out, 30))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "server.log")); err != nil || !strings.Contains(string(b), "Starting EventSource") {
+		t.Errorf("server.log (err %v) misses controller-runtime's info lines", err)
+	}
 	for _, n := range []string{"node-1", "node-2"} {
 		if node, ok := c.node(t, n); !ok || node.Status.Phase != fleetv1.FleetNodeOnline || node.Labels["drover.io/local"] != "true" {
 			t.Fatalf("after drover up, node %s = %+v (exists %v), want Online with label drover.io/local=true", n, node.Status, ok)
@@ -75,6 +90,15 @@ func TestUpThenServerRestart(t *testing.T) {
 	if code := up.exited(t, shutdownTimeout); code != 0 {
 		t.Fatalf("drover up exit code after SIGTERM = %d, want 0; output:\n%s", code, tail(up.Output(), 30))
 	}
+	if out := up.Output(); strings.Contains(out, "level=ERROR") || !strings.Contains(out, "Drover stopped.") {
+		t.Errorf("drover up after SIGTERM: want no error and \"Drover stopped.\"; output:\n%s", tail(out, 30))
+	}
+	// drover up waited for its agents to stop.
+	for n, a := range agents {
+		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(a.pid))); err == nil {
+			t.Errorf("agent %s (pid %d) still runs after drover up ended", n, a.pid)
+		}
+	}
 
 	srv := start(t, "drover server (restarted)", drover, append([]string{"server"}, common...)...)
 	m = srv.waitLine(t, readyRE, startTimeout)
@@ -93,4 +117,54 @@ func TestUpThenServerRestart(t *testing.T) {
 	// No token: the agent resumes with the identity `drover up` gave it.
 	c.startAgent(t, "node-1", filepath.Join(dir, "agents", "node-1"), "--hub", c.hub)
 	c.waitPhase(t, "node-1", fleetv1.FleetNodeOnline, defaultTimeout)
+
+	// Ctrl-C: the manager releases its Lease before the control plane
+	// stops, and says nothing is wrong.
+	if err := srv.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := srv.exited(t, shutdownTimeout); code != 0 {
+		t.Fatalf("drover server exit code after SIGINT = %d, want 0; output:\n%s", code, tail(srv.Output(), 30))
+	}
+	if out := srv.Output(); strings.Contains(out, "level=ERROR") || strings.Contains(out, "Starting EventSource") {
+		t.Errorf("drover server printed errors or info lines on a clean stop; output:\n%s", tail(out, 30))
+	}
+}
+
+type agentProcess struct {
+	pid int
+	exe string // what /proc/<pid>/exe links to
+}
+
+// agentProcesses maps the node names of parent's drover-agent children to
+// their processes.
+func agentProcesses(t testing.TB, parent int) map[string]agentProcess {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]agentProcess{}
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, not ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		pidDir := filepath.Dir(st)
+		pid, _ := strconv.Atoi(filepath.Base(pidDir))
+		cmdline, _ := os.ReadFile(filepath.Join(pidDir, "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		exe, _ := os.Readlink(filepath.Join(pidDir, "exe"))
+		for i, a := range args {
+			if a == "--node" && i+1 < len(args) {
+				agents[args[i+1]] = agentProcess{pid: pid, exe: exe}
+			}
+		}
+	}
+	return agents
 }

@@ -350,10 +350,11 @@ func (q quiet) Handle(ctx context.Context, r slog.Record) error {
 	}
 	if r.Message == "" {
 		// mochi's listeners log the end of every client connection as a
-		// bare warning with its error, EOF when the client just left.
+		// bare warning with its error, EOF when the client just left, a
+		// closed connection when the broker stops.
 		level, msg := r.Level, "mqtt client connection ended with an error"
 		r.Attrs(func(a slog.Attr) bool {
-			if err, ok := a.Value.Any().(error); ok && a.Key == "error" && errors.Is(err, io.EOF) {
+			if err, ok := a.Value.Any().(error); ok && a.Key == "error" && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)) {
 				level, msg = slog.LevelDebug, "mqtt client disconnected"
 			}
 			return true
