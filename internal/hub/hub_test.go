@@ -653,14 +653,39 @@ func TestNodeTransitionEvents(t *testing.T) {
 		Recorder: b.NewRecorder(testScheme(), "drover-hub")})
 	const node = "events-node"
 	opts := f.agentOpts(node, h, newRunner())
-	a := f.startAgent(opts)
-	f.waitReady(h, node)
+	// Each stream is held until its connect is written, with its Event:
+	// a stream ended before then abandons that write (and a Ready from
+	// an earlier write would not show it).
+	connectedEvents := func(ctx context.Context) int {
+		list, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for _, e := range list.Items {
+			if e.Regarding.Name == node && e.Reason == fleetv1.ReasonConnected {
+				n++
+			}
+		}
+		return n
+	}
+	connect := func(what string) *runningAgent {
+		a := f.startAgent(opts)
+		waitConnected(t, h, node)
+		f.waitReady(h, node)
+		testenv.Eventually(t, waitTimeout, what, func(ctx context.Context) (bool, error) {
+			return connectedEvents(ctx) >= 1, nil
+		})
+		return a
+	}
+	a := connect("a Connected Event for the first stream")
 	a.stop(t)
 	// Back (once the hub has seen it go), then gone for good.
 	testenv.Eventually(t, waitTimeout, "the hub sees the first stream end", func(context.Context) (bool, error) {
 		return !h.Connected(node), nil
 	})
 	a = f.startAgent(opts)
+	waitConnected(t, h, node)
 	f.waitReady(h, node)
 	a.stop(t)
 	testenv.Eventually(t, waitTimeout, "Connected, Disconnected and HeartbeatTimeout Events", func(ctx context.Context) (bool, error) {
