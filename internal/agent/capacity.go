@@ -51,6 +51,10 @@ func ParseCapacity(s string) (map[string]string, error) {
 	return out, nil
 }
 
+// standardResources are the resource names tasks may use without a
+// prefix (as the API's admission policy checks them).
+var standardResources = map[string]bool{"cpu": true, "memory": true, "ephemeral-storage": true, "gpu": true}
+
 // checkResourceName checks a Kubernetes qualified name: [prefix/]name, the
 // prefix a DNS subdomain.
 func checkResourceName(s string) error {
@@ -62,7 +66,15 @@ func checkResourceName(s string) error {
 		return fmt.Errorf("%q: want at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (an optional prefix: example.com/gpu)", s)
 	}
 	if !hasPrefix {
+		if !standardResources[name] {
+			// Tasks may only ask for these or prefixed names (the API
+			// refuses others), so an unprefixed claim could never be used.
+			return fmt.Errorf("%q: an unprefixed name is one of cpu, memory, ephemeral-storage, gpu; name other resources with a domain prefix, e.g. example.com/%s", s, name)
+		}
 		return nil
+	}
+	if prefix == "kubernetes.io" || strings.HasSuffix(prefix, ".kubernetes.io") {
+		return fmt.Errorf("%q: the kubernetes.io prefix is Kubernetes' own; use a domain of yours, e.g. example.com/%s", s, name)
 	}
 	if len(prefix) > 253 || prefix == "" {
 		return fmt.Errorf("%q: the prefix before '/' must be a DNS subdomain of at most 253 characters", s)

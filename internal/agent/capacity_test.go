@@ -16,8 +16,10 @@ func TestParseCapacity(t *testing.T) {
 		{in: "  ", want: nil},
 		{in: "gpu=1", want: map[string]string{"gpu": "1"}},
 		{in: " gpu = 2 , example.com/fpga=1,memory=8Gi", want: map[string]string{"gpu": "2", "example.com/fpga": "1", "memory": "8Gi"}},
-		{in: "cpu=500m,disk=1.5T,x=.5,y=2.,z=1e3,w=12E-2,v=0", want: map[string]string{"cpu": "500m", "disk": "1.5T", "x": ".5", "y": "2.", "z": "1e3", "w": "12E-2", "v": "0"}},
-		{in: "nvidia.com/gpu=4,a_b.c-d=1Ki", want: map[string]string{"nvidia.com/gpu": "4", "a_b.c-d": "1Ki"}},
+		{in: "cpu=500m,ephemeral-storage=1.5T,a.io/x=.5,a.io/y=2.,a.io/z=1e3,a.io/w=12E-2,a.io/v=0", want: map[string]string{"cpu": "500m", "ephemeral-storage": "1.5T", "a.io/x": ".5", "a.io/y": "2.", "a.io/z": "1e3", "a.io/w": "12E-2", "a.io/v": "0"}},
+		{in: "nvidia.com/gpu=4,example.com/a_b.c-d=1Ki", want: map[string]string{"nvidia.com/gpu": "4", "example.com/a_b.c-d": "1Ki"}},
+		{in: "disk=1", wantErr: "unprefixed name is one of cpu, memory, ephemeral-storage, gpu"},
+		{in: "kubernetes.io/fpga=1", wantErr: "Kubernetes' own"},
 		{in: "gpu", wantErr: "want name=quantity"},
 		{in: "=1", wantErr: "want name=quantity"},
 		{in: "gpu=1,", wantErr: "want name=quantity"},
@@ -33,7 +35,7 @@ func TestParseCapacity(t *testing.T) {
 		{in: "Example.com/gpu=1", wantErr: "DNS subdomain"},
 		{in: "/gpu=1", wantErr: "DNS subdomain"},
 		{in: "a/b/c=1", wantErr: "name"},
-		{in: strings.Repeat("g", 64) + "=1", wantErr: "at most 63"},
+		{in: "a.io/" + strings.Repeat("g", 64) + "=1", wantErr: "at most 63"},
 		{in: "gpu=1,gpu=2", wantErr: "twice"},
 	}
 	for _, tc := range tests {
