@@ -117,13 +117,15 @@ last 4 KiB the agent reported, from the Task's status, and says so.`,
 	cmd.Flags().StringVar(&o.Stream, "stream", protocol.LogStdout, "stdout or stderr")
 	cmd.Flags().Int64Var(&tail, "tail", 0, "start this many bytes before the end (0: all that the node keeps)")
 	cmd.Flags().StringVar(&o.Hub, "hub", "", "hub host:port (default: the hub the task's node is connected to)")
-	cmd.Flags().StringVar(&caFile, "ca-file", "", "Drover's CA (PEM) to verify the hub (default: .drover/ca.crt, then the drover-ca Secret)")
+	cmd.Flags().StringVar(&caFile, "ca-file", "", "Drover's CA (PEM) to verify the hub (default: .drover/ca.crt, then the drover-ca-bundle ConfigMap, then the drover-ca Secret)")
 	cmd.Flags().StringVar(&droverNS, "drover-namespace", "drover-system", "Drover's namespace (hub Leases, CA)")
 	return cmd
 }
 
-// droverCA finds Drover's CA certificate: --ca-file, the local `drover
-// server` data dir, then the CA Secret (as `drover ca` reads it).
+// droverCA finds Drover's CA certificates: --ca-file, the local `drover
+// server` data dir, the public bundle the manager's signer keeps (the
+// ConfigMap drover-ca-bundle, which log readers may get), then the CA
+// Secret (as `drover ca` reads it; administrators only).
 func droverCA(cmd *cobra.Command, c client.Client, file, ns string) ([]byte, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
@@ -137,9 +139,13 @@ func droverCA(cmd *cobra.Command, c client.Client, file, ns string) ([]byte, err
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
+	b, bundleErr := hub.ReadBundle(cmd.Context(), c, ns)
+	if bundleErr == nil {
+		return b.PEM(), nil
+	}
 	var s corev1.Secret
 	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: hub.CASecretName}, &s); err != nil {
-		return nil, fmt.Errorf("read Drover's CA (pass --ca-file with the output of `drover ca`): %w", err)
+		return nil, fmt.Errorf("read Drover's CA (pass --ca-file with the output of `drover ca`): %w; %w", bundleErr, err)
 	}
 	t, err := hub.ParseTrust(&s)
 	if err != nil {
