@@ -78,35 +78,76 @@ func (ca *CA) Pool() *x509.CertPool {
 // common name must be wantCN. Only the public key and CN are taken from the
 // request; everything else (usages, lifetime) is decided here.
 func (ca *CA) SignClientCSR(csrDER []byte, wantCN string, now time.Time, validity time.Duration) ([]byte, error) {
-	csr, err := x509.ParseCertificateRequest(csrDER)
+	csr, err := parseCSR(csrDER)
 	if err != nil {
-		return nil, fmt.Errorf("parse certificate request: %w", err)
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("certificate request signature: %w", err)
+		return nil, err
 	}
 	if csr.Subject.CommonName != wantCN {
 		return nil, fmt.Errorf("certificate request is for %q, not node %q", csr.Subject.CommonName, wantCN)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: wantCN, Organization: []string{"drover:nodes"}},
-		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
-	if err != nil {
-		return nil, fmt.Errorf("sign certificate for %s: %w", wantCN, err)
-	}
-	return der, nil
+	return ca.sign(clientTemplate(wantCN, "drover:nodes"), csr.PublicKey, now, validity)
 }
 
 // SignServingCSR signs a DER PKCS#10 request for a serving certificate
 // named commonName for hosts (DNS names or IPs). Only the request's public
 // key is taken from it: names, usages and lifetime are decided here.
 func (ca *CA) SignServingCSR(csrDER []byte, commonName string, hosts []string, now time.Time, validity time.Duration) ([]byte, error) {
+	csr, err := parseCSR(csrDER)
+	if err != nil {
+		return nil, err
+	}
+	return ca.sign(servingTemplate(commonName, hosts), csr.PublicKey, now, validity)
+}
+
+// SignClientCSRAs signs a DER PKCS#10 request for a client certificate of
+// commonName in organization, whatever subject the request names.
+func (ca *CA) SignClientCSRAs(csrDER []byte, commonName, organization string, now time.Time, validity time.Duration) ([]byte, error) {
+	csr, err := parseCSR(csrDER)
+	if err != nil {
+		return nil, err
+	}
+	return ca.sign(clientTemplate(commonName, organization), csr.PublicKey, now, validity)
+}
+
+// IssueServing makes a serving key pair for hosts (DNS names or IPs).
+func (ca *CA) IssueServing(commonName string, hosts []string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate serving key: %w", err)
+	}
+	der, err := ca.sign(servingTemplate(commonName, hosts), key.Public(), now, validity)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = EncodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return EncodeCert(der), keyPEM, nil
+}
+
+// parseCSR parses a request and checks its signature (the requester holds
+// the key).
+func parseCSR(der []byte) (*x509.CertificateRequest, error) {
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request signature: %w", err)
+	}
+	return csr, nil
+}
+
+func clientTemplate(commonName, organization string) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName, Organization: []string{organization}},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+}
+
+func servingTemplate(commonName string, hosts []string) *x509.Certificate {
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: commonName},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
@@ -119,67 +160,19 @@ func (ca *CA) SignServingCSR(csrDER []byte, commonName string, hosts []string, n
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	return ca.signCSR(csrDER, tmpl, now, validity)
+	return tmpl
 }
 
-// SignClientCSRAs signs a DER PKCS#10 request for a client certificate of
-// commonName in organization, whatever subject the request names.
-func (ca *CA) SignClientCSRAs(csrDER []byte, commonName, organization string, now time.Time, validity time.Duration) ([]byte, error) {
-	return ca.signCSR(csrDER, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: commonName, Organization: []string{organization}},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, now, validity)
-}
-
-// signCSR signs the key of a request, whose signature it checks, with tmpl.
-func (ca *CA) signCSR(csrDER []byte, tmpl *x509.Certificate, now time.Time, validity time.Duration) ([]byte, error) {
-	csr, err := x509.ParseCertificateRequest(csrDER)
-	if err != nil {
-		return nil, fmt.Errorf("parse certificate request: %w", err)
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("certificate request signature: %w", err)
-	}
+// sign signs pub with tmpl, valid from a little before now (clock skew)
+// for validity.
+func (ca *CA) sign(tmpl *x509.Certificate, pub any, now time.Time, validity time.Duration) ([]byte, error) {
 	tmpl.SerialNumber = serial()
 	tmpl.NotBefore, tmpl.NotAfter = now.Add(-5*time.Minute), now.Add(validity)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("sign certificate for %s: %w", tmpl.Subject.CommonName, err)
 	}
 	return der, nil
-}
-
-// IssueServing makes a serving key pair for hosts (DNS names or IPs).
-func (ca *CA) IssueServing(commonName string, hosts []string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate serving key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sign serving certificate: %w", err)
-	}
-	keyPEM, err = EncodeKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return EncodeCert(der), keyPEM, nil
 }
 
 // NewKeyAndCSR makes a private key and a certificate request for commonName.
