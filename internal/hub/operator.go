@@ -206,7 +206,7 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 		now := h.opts.Clock.Now()
 		if e, ok := h.reviews.Get(tok, now); ok {
 			if !e.OK {
-				return nil, status.Error(codes.Unauthenticated, e.Reason)
+				return nil, e.Err
 			}
 			return e.Value, nil
 		}
@@ -221,8 +221,9 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 			if tr.Status.Error != "" {
 				msg += ": " + tr.Status.Error
 			}
-			h.reviews.Refuse(tok, msg, now)
-			return nil, status.Error(codes.Unauthenticated, msg)
+			err := status.Error(codes.Unauthenticated, msg)
+			h.reviews.Refuse(tok, err, now)
+			return nil, err
 		}
 		u := &user{name: tr.Status.User.Username, uid: tr.Status.User.UID, groups: tr.Status.User.Groups}
 		if len(tr.Status.User.Extra) > 0 {

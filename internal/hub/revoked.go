@@ -214,14 +214,20 @@ func prune(list map[string]RevokedKey, now time.Time) bool {
 // `drover hub` or `drover server`, the manager's cache, restricted to this
 // one ConfigMap, so a check costs no API call.
 func (h *Hub) revokedKey(ctx context.Context, key string) (RevokedKey, bool, error) {
+	return ReadRevokedKey(ctx, h.opts.Client, h.opts.Namespace, key, h.opts.Clock.Now())
+}
+
+// ReadRevokedKey reads the revocation list in ns through r and returns
+// key's entry if it is listed and unexpired at now. No list is no entry.
+func ReadRevokedKey(ctx context.Context, r client.Reader, ns, key string, now time.Time) (RevokedKey, bool, error) {
 	var cm corev1.ConfigMap
-	if err := h.opts.Client.Get(ctx, client.ObjectKey{Namespace: h.opts.Namespace, Name: RevokedKeysName}, &cm); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: RevokedKeysName}, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return RevokedKey{}, false, nil
 		}
-		return RevokedKey{}, false, fmt.Errorf("read the revocation list %s/%s: %w", h.opts.Namespace, RevokedKeysName, err)
+		return RevokedKey{}, false, fmt.Errorf("read the revocation list %s/%s: %w", ns, RevokedKeysName, err)
 	}
-	e, ok := RevokedKeyIn(&cm, key, h.opts.Clock.Now())
+	e, ok := RevokedKeyIn(&cm, key, now)
 	return e, ok, nil
 }
 

@@ -44,7 +44,7 @@ func (s *Service) authorize(ctx context.Context) (string, error) {
 	now := s.opts.Clock.Now()
 	if e, ok := s.callers.Get(tok, now); ok {
 		if !e.OK {
-			return "", status.Error(codes.PermissionDenied, e.Reason)
+			return "", e.Err // as first answered: Unauthenticated or PermissionDenied
 		}
 		return e.Value, nil
 	}
@@ -58,8 +58,9 @@ func (s *Service) authorize(ctx context.Context) (string, error) {
 		if tr.Status.Error != "" {
 			msg += ": " + tr.Status.Error
 		}
-		s.callers.Refuse(tok, msg, now)
-		return "", status.Error(codes.Unauthenticated, msg)
+		err := status.Error(codes.Unauthenticated, msg)
+		s.callers.Refuse(tok, err, now)
+		return "", err
 	}
 	u := tr.Status.User
 	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
@@ -77,9 +78,10 @@ func (s *Service) authorize(ctx context.Context) (string, error) {
 	if !sar.Status.Allowed {
 		msg := fmt.Sprintf("%q may not use Drover's signer: it needs %s on %s/%s of %s (config/rbac/20_hub.yaml)",
 			u.Username, accessVerb, accessResource, accessSubresource, fleetv1.GroupVersion.Group)
-		s.callers.Refuse(tok, msg, now)
+		err := status.Error(codes.PermissionDenied, msg)
+		s.callers.Refuse(tok, err, now)
 		s.log.Info("refused a caller", "user", u.Username)
-		return "", status.Error(codes.PermissionDenied, msg)
+		return "", err
 	}
 	s.callers.Accept(tok, u.Username, now)
 	return u.Username, nil

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,15 +59,11 @@ func (s *Service) refused(caller, node, key string, err error) error {
 // checkNotRevoked refuses a key on the revocation list, read from the
 // cache. A list that cannot be read refuses too.
 func (s *Service) checkNotRevoked(ctx context.Context, node, key string) error {
-	var cm corev1.ConfigMap
-	err := s.opts.Client.Get(ctx, client.ObjectKey{Namespace: s.opts.Namespace, Name: hub.RevokedKeysName}, &cm)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return status.Errorf(codes.Unavailable, "node %s: read the revocation list: %v", node, err)
+	e, ok, err := hub.ReadRevokedKey(ctx, s.opts.Client, s.opts.Namespace, key, s.opts.Clock.Now())
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "node %s: %v", node, err)
 	}
-	if e, ok := hub.RevokedKeyIn(&cm, key, s.opts.Clock.Now()); ok {
+	if ok {
 		return status.Errorf(codes.PermissionDenied, "node %s: its key was revoked on %s (node %s); it stays refused until %s",
 			node, e.Revoked.Format(time.RFC3339), e.Node, e.Expires.Format(time.RFC3339))
 	}

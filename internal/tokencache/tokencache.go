@@ -29,11 +29,12 @@ const (
 	Size = 4096
 )
 
-// Entry is a cached answer: Value when OK, else the Reason of the refusal.
+// Entry is a cached answer: Value when OK, else the refusal, returned
+// again as it was first (its gRPC code included).
 type Entry[V any] struct {
-	Value  V
-	OK     bool
-	Reason string
+	Value V
+	OK    bool
+	Err   error
 
 	expires time.Time
 }
@@ -68,8 +69,8 @@ func (c *Cache[V]) Accept(key string, v V, now time.Time) {
 }
 
 // Refuse caches a refusal of key, for reason, for NegativeTTL.
-func (c *Cache[V]) Refuse(key, reason string, now time.Time) {
-	c.put(key, Entry[V]{Reason: reason, expires: now.Add(NegativeTTL)}, now)
+func (c *Cache[V]) Refuse(key string, err error, now time.Time) {
+	c.put(key, Entry[V]{Err: err, expires: now.Add(NegativeTTL)}, now)
 }
 
 // Len is how many entries the cache holds, fresh or not.

@@ -1,6 +1,7 @@
 package tokencache
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,7 +11,7 @@ func TestCache(t *testing.T) {
 	c := New[string]()
 	now := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
 	c.Accept("good", "alice", now)
-	c.Refuse("bad", "the bearer token is not valid", now)
+	c.Refuse("bad", errors.New("the bearer token is not valid"), now)
 
 	if e, ok := c.Get("good", now.Add(TTL-time.Second)); !ok || !e.OK || e.Value != "alice" {
 		t.Fatalf("good token within its TTL: %+v %v, want alice", e, ok)
@@ -18,7 +19,7 @@ func TestCache(t *testing.T) {
 	if _, ok := c.Get("good", now.Add(TTL)); ok {
 		t.Fatal("good token past its TTL is still cached")
 	}
-	if e, ok := c.Get("bad", now.Add(NegativeTTL-time.Second)); !ok || e.OK || e.Reason == "" {
+	if e, ok := c.Get("bad", now.Add(NegativeTTL-time.Second)); !ok || e.OK || e.Err == nil {
 		t.Fatalf("bad token within its TTL: %+v %v, want refused with a reason", e, ok)
 	}
 	if _, ok := c.Get("bad", now.Add(NegativeTTL)); ok {
@@ -34,7 +35,7 @@ func TestCache(t *testing.T) {
 	}
 	// A flood of distinct tokens does not grow it past its bound.
 	for i := range 3 * Size {
-		c.Refuse(fmt.Sprint("flood-", i), "no", now)
+		c.Refuse(fmt.Sprint("flood-", i), errors.New("no"), now)
 	}
 	if n := c.Len(); n > Size {
 		t.Fatalf("%d entries, want at most %d", n, Size)
