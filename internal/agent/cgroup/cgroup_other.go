@@ -3,6 +3,8 @@
 package cgroup
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -38,3 +40,11 @@ func (g *Group) Pids() ([]int, error)              { return nil, ErrUnavailable 
 func (g *Group) OOMKilled() bool                   { return false }
 func (g *Group) Stats() Stats                      { return Stats{} }
 func (g *Group) Remove() error                     { return ErrUnavailable }
+
+// ErrNoFreezer: no freezer (cgroups are Linux's).
+var ErrNoFreezer = errors.New("no cgroup freezer: cgroups exist only on Linux")
+
+func (g *Group) Freeze(context.Context) error { return ErrNoFreezer }
+func (g *Group) Thaw(context.Context) error   { return ErrNoFreezer }
+func (g *Group) Frozen() bool                 { return false }
+func (g *Group) Exists() bool                 { return false }
