@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -356,4 +357,15 @@ func (i *Instance) WriteSessionFile(m SessionMetadata) error {
 		return fmt.Errorf("session file of %s: %w", i.name, err)
 	}
 	return nil
+}
+
+// Member reports whether pid is a process of the instance (in its cgroup,
+// or its main process without cgroups): the session service lets only
+// those talk on the instance's socket.
+func (i *Instance) Member(pid int) bool {
+	if i.group == nil {
+		return pid == i.PID()
+	}
+	pids, err := i.group.Pids()
+	return err == nil && slices.Contains(pids, pid)
 }
