@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/drover-fleet/drover/internal/testkit"
 )
@@ -204,3 +206,69 @@ func TestV2Unified(t *testing.T) {
 }
 
 func newManagerLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// cpuTicks is the CPU time pid used (utime + stime of /proc/<pid>/stat).
+func cpuTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// After the comm: state is field 3 of the file, utime 14, stime 15.
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
+// TestFreezeThaw freezes a group (a standby instance), and kills a frozen
+// group: Remove must not hang on it.
+func TestFreezeThaw(t *testing.T) {
+	m := newManager(t)
+	g, err := m.Create("freeze-"+strconv.Itoa(os.Getpid()), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	pid := startIn(t, g, "while :; do :; done")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 {
+		start := time.Now()
+		if err := g.Freeze(ctx); err != nil {
+			t.Fatal(err)
+		}
+		froze := time.Since(start)
+		if !g.Frozen() {
+			t.Fatal("not frozen after Freeze")
+		}
+		// A frozen busy loop uses no CPU (a running one would: no
+		// assertion that it does, the machine may be loaded).
+		before := cpuTicks(t, pid)
+		time.Sleep(200 * time.Millisecond)
+		if after := cpuTicks(t, pid); after != before {
+			t.Fatalf("a frozen process used CPU: %d ticks, then %d", before, after)
+		}
+		start = time.Now()
+		if err := g.Thaw(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("freeze %v, thaw %v (mode %s)", froze, time.Since(start), m.Mode())
+		if g.Frozen() {
+			t.Fatal("frozen after Thaw")
+		}
+	}
+	if !g.Exists() {
+		t.Fatal("the group does not exist")
+	}
+	if err := g.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatalf("remove a frozen group: %v", err)
+	}
+	if g.Exists() {
+		t.Fatal("the group exists after Remove")
+	}
+}

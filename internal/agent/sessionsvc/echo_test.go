@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,8 +90,10 @@ func TestEchoSession(t *testing.T) {
 	defer svc.Close()
 
 	const name, uid = "echo-1", 65534
-	var inst *instance.Instance
-	member := func(pid int) bool { return inst != nil && inst.Member(pid) }
+	// The socket is served before the instance exists (its path is in the
+	// instance's environment); the member check finds the instance later.
+	var started atomic.Pointer[instance.Instance]
+	member := func(pid int) bool { i := started.Load(); return i != nil && i.Member(pid) }
 	sock, err := svc.Serve(name, Owner{UID: uid, GID: uid, Member: member})
 	if err != nil {
 		t.Fatal(err)
@@ -98,12 +101,13 @@ func TestEchoSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
 	defer cancel()
 	u := int64(uid)
-	started := time.Now()
-	inst, err = rt.Start(ctx, instance.Spec{Name: name, Namespace: "ns", Application: "echo", Command: []string{prog},
+	t0 := time.Now()
+	inst, err := rt.Start(ctx, instance.Spec{Name: name, Namespace: "ns", Application: "echo", Command: []string{prog},
 		RunAsUser: &u, RunAsGroup: &u, SessionSocket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
+	started.Store(inst)
 	defer func() {
 		if err := inst.Stop(ctx, 5*time.Second); err != nil {
 			t.Error(err)
@@ -115,7 +119,7 @@ func TestEchoSession(t *testing.T) {
 	if err := inst.WaitLive(ctx, &instance.Probe{TCP: true}, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("start until live: %v", time.Since(started))
+	t.Logf("start until live: %v", time.Since(t0))
 	froze, err := inst.Freeze(ctx)
 	if err != nil {
 		t.Fatal(err)
