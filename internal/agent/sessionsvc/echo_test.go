@@ -42,6 +42,38 @@ func buildEcho(t *testing.T, dir string) string {
 	return out
 }
 
+// echoRuntime is an instance runtime with cgroups and examples/echo-session
+// built into shared, a dir every user reaches; or a skip where there are no
+// cgroups or no root.
+func echoRuntime(t *testing.T) (rt *instance.Runtime, prog, shared, mode string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (cgroups, the freezer, an unprivileged instance user)")
+	}
+	cg, err := cgroup.New(cgroup.Options{})
+	if err != nil {
+		t.Skipf("needs cgroups: %v", err)
+	}
+	shared, err = os.MkdirTemp("", "ss-echo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prog = buildEcho(t, shared)
+	d, err := taskexec.New(taskexec.Options{StateDir: t.TempDir(), WorkDir: filepath.Join(shared, "work"), Cgroups: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if rt, err = instance.New(instance.Options{Driver: d}); err != nil {
+		t.Fatal(err)
+	}
+	return rt, prog, shared, cg.Mode()
+}
+
 // line reads one line from r within testTimeout.
 func line(t *testing.T, c net.Conn, r *bufio.Reader) string {
 	t.Helper()
@@ -57,31 +89,7 @@ func line(t *testing.T, c net.Conn, r *bufio.Reader) string {
 // frozen (standby), thawed (activated), a session opened through the
 // session service, answered on the instance's port, and closed.
 func TestEchoSession(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups, the freezer, an unprivileged instance user)")
-	}
-	cg, err := cgroup.New(cgroup.Options{})
-	if err != nil {
-		t.Skipf("needs cgroups: %v", err)
-	}
-	shared, err := os.MkdirTemp("", "ss-echo-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(shared)
-	if err := os.Chmod(shared, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	prog := buildEcho(t, shared)
-	d, err := taskexec.New(taskexec.Options{StateDir: t.TempDir(), WorkDir: filepath.Join(shared, "work"), Cgroups: cg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	rt, err := instance.New(instance.Options{Driver: d})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, prog, shared, mode := echoRuntime(t)
 	rec := newRecorder()
 	svc, err := New(Options{Dir: filepath.Join(shared, "s"), Handler: rec.handle})
 	if err != nil {
@@ -138,7 +146,7 @@ func TestEchoSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.wait(t, event{name, "s1", actor.ReadyCallback{}})
-	t.Logf("freeze %v, thaw %v, thaw to SessionReady %v (cgroup mode %s)", froze, thawed, time.Since(opened), cg.Mode())
+	t.Logf("freeze %v, thaw %v, thaw to SessionReady %v (cgroup mode %s)", froze, thawed, time.Since(opened), mode)
 
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(inst.Port())), testTimeout)
 	if err != nil {
