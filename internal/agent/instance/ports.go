@@ -17,6 +17,9 @@ type Ports struct {
 	next   int
 	used   map[int]string // port → owner
 	owners map[string]int
+	// free reports whether nothing listens on a port now (a seam: tests
+	// decide what is taken).
+	free func(port int) bool
 }
 
 // NewPorts allocates from [lo, hi]; lo = hi = 0 lets the kernel choose
@@ -26,7 +29,7 @@ func NewPorts(lo, hi int) (*Ports, error) {
 	if (lo != 0 || hi != 0) && (lo < 1 || hi > 65535 || lo > hi) {
 		return nil, fmt.Errorf("port range %d-%d: want 1 <= lo <= hi <= 65535, or 0-0 for kernel-chosen ports", lo, hi)
 	}
-	return &Ports{lo: lo, hi: hi, next: lo, used: map[int]string{}, owners: map[string]int{}}, nil
+	return &Ports{lo: lo, hi: hi, next: lo, used: map[int]string{}, owners: map[string]int{}, free: free}, nil
 }
 
 // ErrNoPort is returned when every port of the range is taken.
@@ -59,7 +62,7 @@ func (p *Ports) Allocate(owner string) (int, error) {
 		if p.next++; p.next > p.hi {
 			p.next = p.lo
 		}
-		if _, taken := p.used[port]; taken || !free(port) {
+		if _, taken := p.used[port]; taken || !p.free(port) {
 			continue
 		}
 		p.take(owner, port)
