@@ -58,6 +58,9 @@ type Session struct {
 type Handler interface {
 	// StartSession sets up s and then calls Client.Ready (or, if it
 	// cannot, Client.Closed). It may return at once and do that later.
+	// Commands are delivered at least once (the agent sends again what a
+	// broken stream may have lost): a session started again is answered
+	// with Ready again once it is set up.
 	StartSession(ctx context.Context, c *Client, s Session)
 	// CloseSession tears session down: its clients leave
 	// (Client.Evacuated), then Client.Closed.
