@@ -145,7 +145,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "patch", batch, "tasks/status", "team-a", "", true},
 			{hubSA, "update", ops, "nodetaskslices", "", "", true},
 			{hubSA, "watch", ops, "imageprepulljobs", "", "", true},
-			{hubSA, "create", "authentication.k8s.io", "tokenreviews", "", "", true},
+			{hubSA, "create", "authentication.k8s.io", "tokenreviews", "", "", false}, // hubs take no tokens
 			{hubSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
 			{hubSA, "get", "", "configmaps", "kube-system", "extension-apiserver-authentication", true},
 			{hubSA, "create", fleet, "fleetnodes/certificate", "", "", true}, // asks the manager's signer
