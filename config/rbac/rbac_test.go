@@ -404,8 +404,9 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		return true, nil
 	})
 	// Someone who may read task logs in rbac-tasks and find hubs, and
-	// nothing else, with a bearer token: the hub checks it with a
-	// TokenReview.
+	// nothing else, with a bearer token: the manager's signer reviews it
+	// and signs an operator certificate, which the hub takes (the token
+	// never reaches the hub; hubs may not create TokenReviews).
 	reader := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader"}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader-logs"},
