@@ -28,11 +28,12 @@ import (
 //     ACLs, kube client-CA rules) ever reads it.
 //
 // The '#' in OperatorCommonName is deliberate: Mosquitto (with
-// use_identity_as_username) takes the common name as the user, and a user
-// with an MQTT wildcard in it matches none of the ACL's %u patterns (the
-// topic names would hold a wildcard, which MQTT forbids in a publish and
-// Mosquitto refuses in patterns since CVE-2017-7650), so an operator
-// certificate gets no topic at an external broker either.
+// use_identity_as_username) takes the common name as the user, and its
+// ACL file check denies every access to a user or client id with '+' or
+// '#' (its answer to CVE-2017-7650, "ACL denying access to client with
+// dangerous username"); the topics its %u patterns would give hold a
+// wildcard besides, which no publish may name. So an operator certificate
+// gets no topic at an external broker either.
 //
 // The OIDs are under 2.25 (ITU-T X.667, the arc of UUID-derived numbers,
 // which needs no registration): Drover has no registered arc. The number
@@ -65,8 +66,8 @@ const (
 // OperatorIdentity is who an operator certificate speaks for: a
 // TokenReview's user, without its extra fields.
 type OperatorIdentity struct {
-	User   string   `asn1:"utf8"`
-	UID    string   `asn1:"utf8"`
+	User   string `asn1:"utf8"`
+	UID    string `asn1:"utf8"`
 	Groups []string
 }
 
@@ -110,8 +111,8 @@ func operatorTemplate(id OperatorIdentity) (*x509.Certificate, error) {
 	// Groups are written as UTF8Strings too: a group name need not be
 	// printable.
 	ext, err := asn1.Marshal(struct {
-		User   string   `asn1:"utf8"`
-		UID    string   `asn1:"utf8"`
+		User   string `asn1:"utf8"`
+		UID    string `asn1:"utf8"`
 		Groups []asn1.RawValue
 	}{id.User, id.UID, utf8s(id.Groups)})
 	if err != nil {
