@@ -145,7 +145,7 @@ func TestRBAC(t *testing.T) {
 			{hubSA, "patch", batch, "tasks/status", "team-a", "", true},
 			{hubSA, "update", ops, "nodetaskslices", "", "", true},
 			{hubSA, "watch", ops, "imageprepulljobs", "", "", true},
-			{hubSA, "create", "authentication.k8s.io", "tokenreviews", "", "", true},
+			{hubSA, "create", "authentication.k8s.io", "tokenreviews", "", "", false}, // hubs take no tokens
 			{hubSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
 			{hubSA, "get", "", "configmaps", "kube-system", "extension-apiserver-authentication", true},
 			{hubSA, "create", fleet, "fleetnodes/certificate", "", "", true}, // asks the manager's signer
@@ -404,8 +404,9 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		return true, nil
 	})
 	// Someone who may read task logs in rbac-tasks and find hubs, and
-	// nothing else, with a bearer token: the hub checks it with a
-	// TokenReview.
+	// nothing else, with a bearer token: the manager's signer reviews it
+	// and signs an operator certificate, which the hub takes (the token
+	// never reaches the hub; hubs may not create TokenReviews).
 	reader := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader"}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "rbac-tasks", Name: "reader-logs"},

@@ -70,7 +70,7 @@ type signerOptions struct {
 
 func (s *signerOptions) addServeFlags(fs *pflag.FlagSet, defaultBind string) {
 	fs.StringVar(&s.bind, "signer-bind-address", defaultBind, "address the signer (Drover's CA: hubs' certificates, bootstrap tokens) listens on over TLS for hubs (drover hub --signer); port 0 picks a free one; 0 serves no remote hubs")
-	fs.StringSliceVar(&s.hosts, "signer-hosts", nil, "names and IPs of the signer's serving certificate, as hubs reach it (default: 127.0.0.1, localhost, host name)")
+	fs.StringSliceVar(&s.hosts, "signer-hosts", nil, "names and IPs of the signer's serving certificate, as hubs reach it; the first, with the port, is published for `drover logs` on the drover-ca-bundle ConfigMap (default: 127.0.0.1, localhost, host name)")
 }
 
 func (s *signerOptions) addClientFlags(fs *pflag.FlagSet) {

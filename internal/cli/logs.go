@@ -31,8 +31,15 @@ func newLogsCommand(g *globalOptions) *cobra.Command {
 		Short: "Print (or follow) the output of a task's current attempt, from its node",
 		Long: `Print the stdout (or stderr) of a task's current attempt. The log stays on
 the node; the hub serving the node streams it. You need get on tasks/log in
-the task's namespace; the hub checks your kubeconfig's credentials (client
-certificate or token) as the kube-apiserver does.
+the task's namespace, which the hub asks the kube-apiserver about.
+
+Hubs take client certificates only. With a kubeconfig that has a client
+certificate, drover logs presents it. With a bearer token, drover logs
+makes a key in memory and has Drover's signer (the manager's; --signer, or
+the address on the drover-ca-bundle ConfigMap) review the token and sign a
+10-minute certificate with your identity: the token goes only to a server
+proving it is the signer (certificate of Drover's CA named drover-signer),
+never to a hub. Exec and auth-provider plugins are not supported.
 
 --previous prints the log of the attempt before the current one, and
 --attempt N that of attempt N, from the node it ran on (which keeps an
@@ -117,7 +124,8 @@ last 4 KiB the agent reported, from the Task's status, and says so.`,
 	cmd.Flags().StringVar(&o.Stream, "stream", protocol.LogStdout, "stdout or stderr")
 	cmd.Flags().Int64Var(&tail, "tail", 0, "start this many bytes before the end (0: all that the node keeps)")
 	cmd.Flags().StringVar(&o.Hub, "hub", "", "hub host:port (default: the hub the task's node is connected to)")
-	cmd.Flags().StringVar(&caFile, "ca-file", "", "Drover's CA (PEM) to verify the hub (default: .drover/ca.crt, then the drover-ca-bundle ConfigMap, then the drover-ca Secret)")
+	cmd.Flags().StringVar(&caFile, "ca-file", "", "Drover's CA (PEM) to verify the hub and the signer (default: .drover/ca.crt, then the drover-ca-bundle ConfigMap, then the drover-ca Secret)")
+	cmd.Flags().StringVar(&o.Signer, "signer", "", "Drover's signer host:port, which trades a kubeconfig's bearer token for a short-lived certificate (default: the address on the drover-ca-bundle ConfigMap)")
 	cmd.Flags().StringVar(&droverNS, "drover-namespace", "drover-system", "Drover's namespace (hub Leases, CA)")
 	return cmd
 }

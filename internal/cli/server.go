@@ -205,7 +205,7 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 		fmt.Fprintf(o.out, "  mqtt:       %s\n", mqttURL)
 	}
 	if signerAddr != "" {
-		fmt.Fprintf(o.out, "  signer:     %s (for `drover hub --signer`)\n", signerAddr)
+		fmt.Fprintf(o.out, "  signer:     %s (for `drover hub --signer`; `drover logs` finds it on drover-ca-bundle)\n", signerAddr)
 	}
 	fmt.Fprintf(o.out, "  agent CA:   %s\n  try:        kubectl --kubeconfig %s get fleetnodes\n", caAbs, kubeconfig)
 	if signerAddr != "" {

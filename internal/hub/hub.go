@@ -31,7 +31,6 @@ import (
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
-	"github.com/drover-fleet/drover/internal/tokencache"
 )
 
 // Options configure a Hub. Zero values are replaced by the documented defaults.
@@ -243,9 +242,6 @@ type Hub struct {
 	// logMu guards logReqs: TaskLogs calls waiting for chunks, by request id.
 	logMu   sync.Mutex
 	logReqs map[string]*logRequest
-
-	// reviews caches TokenReview answers for the operator API.
-	reviews *tokencache.Cache[*user]
 }
 
 // New validates opts and returns a Hub that is not running yet, attached
@@ -282,7 +278,6 @@ func New(opts Options) (*Hub, error) {
 		sessions: map[string]*session{},
 		ready:    make(chan struct{}),
 		logReqs:  map[string]*logRequest{},
-		reviews:  tokencache.New[*user](),
 		wasReady: map[string]metav1.Condition{},
 		registers: newRegisterLimiter(limit(opts.RegisterRate), opts.RegisterBurst,
 			limit(opts.RegisterRatePerSource), opts.RegisterBurstPerSource),

@@ -18,7 +18,7 @@ type metrics struct {
 	resyncs       prometheus.Counter
 	unrouted      prometheus.Counter
 	foreign       *prometheus.CounterVec
-	tokenReviews  prometheus.Counter
+	tokensRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -63,12 +63,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drover_hub_reports_foreign_total", Help: "Agent work reports (NodeState entries included) of work the sending node was not given, dropped, by feature.",
 		}, []string{"feature"}),
-		tokenReviews: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "drover_hub_token_reviews_total", Help: "TokenReviews the operator API sent to the kube-apiserver (cached answers are not counted).",
+		tokensRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_hub_operator_tokens_refused_total", Help: "Operator API calls refused because they carried a bearer token (an older drover CLI; hubs take certificates only).",
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.renewals, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign, m.tokenReviews} {
+		for _, c := range []prometheus.Collector{m.sessions, m.received, m.duplicates, m.rejected, m.apiWrites, m.registrations, m.renewals, m.dispatched, m.acked, m.batchItems, m.resyncs, m.unrouted, m.foreign, m.tokensRefused} {
 			_ = reg.Register(c) // a second hub in one process (tests) shares the first one's series
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
@@ -33,9 +32,11 @@ import (
 
 // The operator-facing service (drover.operator.v1.Operator) shares the
 // agents' listener. Its callers are people and their tools, authenticated
-// the way an aggregated API server authenticates: a client certificate
-// signed by the kube-apiserver's client CA, or a bearer token checked with a
-// TokenReview; then authorized with a SubjectAccessReview.
+// by client certificate only: one signed by the kube-apiserver's client CA
+// (as an aggregated API server reads one), or an operator certificate
+// (pki.SignOperatorCSR) the manager's signer gave for a bearer token it
+// reviewed; then authorized with a SubjectAccessReview. A bearer token never
+// reaches a hub, so a compromised hub has none to replay.
 
 // Trailers a TaskLogs call that another hub must answer carries.
 const (
@@ -109,12 +110,12 @@ type logRequest struct {
 }
 
 // loadKubeClientCA reads the kube-apiserver's client CA. A hub that cannot
-// read it accepts only bearer tokens from operators.
+// read it accepts only operator certificates from operators.
 func (h *Hub) loadKubeClientCA(ctx context.Context) {
 	var cm corev1.ConfigMap
 	err := h.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: kubeAuthNamespace, Name: kubeAuthConfigMap}, &cm)
 	if err != nil {
-		h.log.Warn("cannot read the kube-apiserver's client CA; operators must use bearer tokens", "configmap", kubeAuthNamespace+"/"+kubeAuthConfigMap, "err", err)
+		h.log.Warn("cannot read the kube-apiserver's client CA; operators need operator certificates (drover logs with a token kubeconfig)", "configmap", kubeAuthNamespace+"/"+kubeAuthConfigMap, "err", err)
 		return
 	}
 	var certs []*x509.Certificate
@@ -130,7 +131,7 @@ func (h *Hub) loadKubeClientCA(ctx context.Context) {
 		}
 	}
 	if len(certs) == 0 {
-		h.log.Warn("the kube-apiserver publishes no client CA; operators must use bearer tokens")
+		h.log.Warn("the kube-apiserver publishes no client CA; operators need operator certificates (drover logs with a token kubeconfig)")
 	}
 	h.kubeCAs.Store(&certs)
 	h.updateClientCAs()
@@ -179,15 +180,27 @@ type user struct {
 	extra     map[string]authzv1.ExtraValue
 }
 
-// authenticate finds who calls: a certificate from the kube-apiserver's
-// client CA first (as the kube-apiserver does), else a bearer token.
+// authenticate finds who calls, by client certificate only: an operator
+// certificate of Drover's CA (its identity as the manager's signer
+// reviewed it from the operator's token), or a certificate of the
+// kube-apiserver's client CA (as the kube-apiserver reads one). Bearer
+// tokens are refused: a hub that saw one could replay it anywhere the
+// operator may go.
 func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			for _, chain := range ti.State.VerifiedChains {
-				if h.rootedAtDrover(chain) {
-					return nil, status.Error(codes.PermissionDenied, "a node certificate cannot call the operator API; use your kubeconfig's credentials")
+				if !h.rootedAtDrover(chain) {
+					continue
 				}
+				if !pki.IsOperatorCert(chain[0]) {
+					return nil, status.Error(codes.PermissionDenied, "a node or hub certificate cannot call the operator API; use your kubeconfig's credentials")
+				}
+				id, err := pki.OperatorIdentityOf(chain[0])
+				if err != nil {
+					return nil, status.Errorf(codes.Unauthenticated, "operator certificate: %v", err)
+				}
+				return &user{name: id.User, uid: id.UID, groups: id.Groups}, nil
 			}
 			for _, chain := range ti.State.VerifiedChains {
 				if len(chain) > 0 && h.fromKubeCA(chain[len(chain)-1]) {
@@ -198,44 +211,13 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if !ok || tok == "" {
-			continue
-		}
-		now := h.opts.Clock.Now()
-		if e, ok := h.reviews.Get(tok, now); ok {
-			if !e.OK {
-				return nil, e.Err
-			}
-			return e.Value, nil
-		}
-		tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
-		if err := h.opts.Client.Create(ctx, tr); err != nil {
-			// Not cached: the apiserver did not answer.
-			return nil, status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
-		}
-		h.metrics.tokenReviews.Inc()
-		if !tr.Status.Authenticated {
-			msg := "the bearer token is not valid"
-			if tr.Status.Error != "" {
-				msg += ": " + tr.Status.Error
-			}
-			err := status.Error(codes.Unauthenticated, msg)
-			h.reviews.Refuse(tok, err, now)
-			return nil, err
-		}
-		u := &user{name: tr.Status.User.Username, uid: tr.Status.User.UID, groups: tr.Status.User.Groups}
-		if len(tr.Status.User.Extra) > 0 {
-			u.extra = map[string]authzv1.ExtraValue{}
-			for k, v := range tr.Status.User.Extra {
-				u.extra[k] = authzv1.ExtraValue(v)
-			}
-		}
-		h.reviews.Accept(tok, u, now)
-		return u, nil
+	if len(md.Get("authorization")) > 0 {
+		h.metrics.tokensRefused.Inc()
+		return nil, status.Error(codes.Unauthenticated, "hubs no longer accept bearer tokens (a hub could replay them): update drover; "+
+			"`drover logs` trades your token for a short-lived certificate at Drover's signer and sends the hub that")
 	}
-	return nil, status.Error(codes.Unauthenticated, "present a client certificate signed by the kube-apiserver's client CA or a bearer token (your kubeconfig's credentials)")
+	return nil, status.Error(codes.Unauthenticated, "present a client certificate: your kubeconfig's (signed by the kube-apiserver's client CA), "+
+		"or an operator certificate from Drover's signer (`drover logs` gets one for a kubeconfig with a token)")
 }
 
 // authorize asks the kube-apiserver whether u may get the log of the task.

@@ -125,6 +125,9 @@ func (h *Hub) nodeFromPeer(ctx context.Context) (Peer, error) {
 		return Peer{}, status.Error(codes.Unauthenticated, "a node client certificate signed by Drover's CA is required; register with a bootstrap token first")
 	}
 	cert := chain[0]
+	if pki.IsOperatorCert(cert) {
+		return Peer{}, status.Error(codes.PermissionDenied, "an operator certificate is not a node certificate")
+	}
 	isNode := false
 	for _, o := range cert.Subject.Organization {
 		isNode = isNode || o == "drover:nodes"

@@ -130,11 +130,21 @@ func IssueHubCert(t *Trust, req HubCertRequest, now time.Time) ([][]byte, error)
 	return append([][]byte{der}, t.Cross...), nil
 }
 
+// SignerServerName is a DNS name of the manager's signer's serving
+// certificate, and of no hub's: operators' tools (`drover logs`) send
+// their bearer token only to a server whose certificate of Drover's CA has
+// it, so a hub, which serves a certificate of the same CA, cannot collect
+// tokens by posing as the signer.
+const SignerServerName = "drover-signer"
+
 func validHosts(hosts []string) error {
 	if len(hosts) == 0 || len(hosts) > MaxHubHosts {
 		return fmt.Errorf("a serving certificate names 1 to %d hosts, not %d", MaxHubHosts, len(hosts))
 	}
 	for _, h := range hosts {
+		if strings.EqualFold(h, SignerServerName) {
+			return fmt.Errorf("host %q is the signer's name, which no hub may have", h)
+		}
 		if net.ParseIP(h) != nil {
 			continue
 		}

@@ -261,6 +261,51 @@ func WriteBundle(ctx context.Context, r client.Reader, w client.Writer, ns strin
 	return nil
 }
 
+// AnnotationSignerAddress on the CA bundle ConfigMap is where the
+// manager's signer serves (host:port), for operators' tools that trade
+// a bearer token for an operator certificate there (`drover logs`). The
+// replica that started last wrote it; any replica signs.
+const AnnotationSignerAddress = "fleet.drover.io/signer-address"
+
+// WriteSignerAddress records addr on ns's CA bundle ConfigMap, which
+// exists (WriteBundle).
+func WriteSignerAddress(ctx context.Context, r client.Reader, w client.Writer, ns, addr string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: BundleName}, &cm); err != nil {
+			return err
+		}
+		if cm.Annotations[AnnotationSignerAddress] == addr {
+			return nil
+		}
+		cm = *cm.DeepCopy()
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[AnnotationSignerAddress] = addr
+		return w.Update(ctx, &cm)
+	})
+	if err != nil {
+		return fmt.Errorf("record the signer's address on Drover's CA bundle (configmap %s/%s): %w", ns, BundleName, err)
+	}
+	return nil
+}
+
+// ReadSignerAddress is the signer's address recorded on ns's CA bundle
+// ConfigMap.
+func ReadSignerAddress(ctx context.Context, r client.Reader, ns string) (string, error) {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: BundleName}, &cm); err != nil {
+		return "", fmt.Errorf("read the signer's address from Drover's CA bundle (configmap %s/%s): %w", ns, BundleName, err)
+	}
+	a := cm.Annotations[AnnotationSignerAddress]
+	if a == "" {
+		return "", fmt.Errorf("Drover's CA bundle (configmap %s/%s) names no signer address (annotation %s): the manager serves no signer (--signer-bind-address)",
+			ns, BundleName, AnnotationSignerAddress)
+	}
+	return a, nil
+}
+
 // TrustedCAs are the CAs whose node certificates the hub accepts now: its
 // current CA and those a rotation left trusted (the embedded MQTT broker
 // verifies clients against them). Call it once the hub started (Started).

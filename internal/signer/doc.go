@@ -25,6 +25,15 @@
 // to the CA Secret's certificates: hubs trust and serve from it, and
 // verify the signer's own serving certificate with it.
 //
+// Operators' tools call it too (SignOperator, operator.go): `drover logs`
+// trades the bearer token of a kubeconfig for a 10-minute operator
+// certificate (pki.SignOperatorCSR) that carries the identity a
+// TokenReview gave, so that the token never reaches a hub. The signer's
+// serving certificate carries the DNS name ServerName ("drover-signer"),
+// which no hub's may (hub.SignerServerName): the CLI sends its token only
+// to a server that proves it. The signer publishes where it listens on the
+// bundle ConfigMap (hub.AnnotationSignerAddress), which log readers may get.
+//
 // What it does not do: decide whether a node may register (the hub does,
 // under the signer's checks), approve nodes, or rotate the CA (`drover ca
 // rotate` does; the signer follows within caRefresh).

@@ -24,6 +24,7 @@ import (
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/internal/hub"
+	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol/signerv1"
 	"github.com/drover-fleet/drover/internal/tokencache"
 )
@@ -124,6 +125,9 @@ type Service struct {
 	// callers caches who presented a bearer token and whether they may
 	// use the signer (TokenReview and SubjectAccessReview together).
 	callers *tokencache.Cache[string]
+	// operators caches who presented a bearer token to SignOperator (a
+	// TokenReview only: operators need no access to the signer).
+	operators *tokencache.Cache[pki.OperatorIdentity]
 
 	// changedMu guards changed, closed and replaced at each FleetNode
 	// event: requests waiting for the cache wake up and look again.
@@ -145,9 +149,10 @@ func New(opts Options) (*Service, error) {
 		metrics: newMetrics(opts.Registerer),
 		tokens: bootstrap.NewVerifier(bootstrap.VerifierOptions{Cached: opts.Client, Live: opts.APIReader,
 			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),
-		callers: tokencache.New[string](),
-		changed: make(chan struct{}),
-		ready:   make(chan struct{}),
+		callers:   tokencache.New[string](),
+		operators: tokencache.New[pki.OperatorIdentity](),
+		changed:   make(chan struct{}),
+		ready:     make(chan struct{}),
 	}
 	return s, nil
 }
@@ -216,6 +221,13 @@ func (s *Service) Start(ctx context.Context) error {
 			return nil
 		})
 		s.log.Info("signer serving hubs", "address", s.addr.String())
+		// Operators' tools find the signer there (the bundle is public).
+		_, port, _ := net.SplitHostPort(s.addr.String())
+		advertised := net.JoinHostPort(s.opts.Hosts[0], port)
+		if err := hub.WriteSignerAddress(ctx, s.opts.APIReader, s.opts.Client, s.opts.Namespace, advertised); err != nil {
+			// Not fatal: `drover logs --signer` still finds it.
+			s.log.Error("publish the signer's address for operators' tools", "err", err)
+		}
 	}
 	close(s.ready)
 	g.Go(func() error { return s.refresh(ctx) })
@@ -232,7 +244,9 @@ func (s *Service) setTrust(ctx context.Context, t *hub.Trust) error {
 	if old := s.bundle.Load(); old != nil && old.Same(b) {
 		return nil
 	}
-	certPEM, keyPEM, err := t.Current.IssueServing("drover-signer", s.opts.Hosts, s.opts.Clock.Now(), 365*24*time.Hour)
+	// ServerName is one of its names: operators' tools check it.
+	hosts := append([]string{ServerName}, s.opts.Hosts...)
+	certPEM, keyPEM, err := t.Current.IssueServing(ServerName, hosts, s.opts.Clock.Now(), 365*24*time.Hour)
 	if err != nil {
 		return err
 	}

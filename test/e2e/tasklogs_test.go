@@ -20,7 +20,9 @@ import (
 
 // TestTaskCLI: a task scheduled onto a real agent through `drover server`
 // ends, and `drover get tasks`, `drover describe task` and `drover logs`
-// show it (logs through the hub that serves the node, found from the API).
+// show it (logs through the hub that serves the node, found from the API),
+// with the admin's client certificate and with a token kubeconfig, whose
+// token reaches no hub.
 func TestTaskCLI(t *testing.T) {
 	c := startCluster(t)
 	stateDir := t.TempDir()
@@ -53,6 +55,9 @@ func TestTaskCLI(t *testing.T) {
 	if out, err := c.cli(t, "logs", "nope", "--ca-file", c.ca); err == nil || !strings.Contains(out, "not found") {
 		t.Errorf("drover logs of a missing task = %q, %v", out, err)
 	}
+	// With a token kubeconfig: the token goes to the signer only, never
+	// to a hub.
+	c.checkTokenNeverReachesHubs(t, "default", "probe")
 	// Its task dir removed, as the agent's collector does after
 	// --task-retention: `drover logs` says so rather than print nothing.
 	if err := c.client.Get(ctx, client.ObjectKeyFromObject(task), task); err != nil {

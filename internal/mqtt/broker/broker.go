@@ -245,6 +245,9 @@ func peerCert(cl *mqtt.Client) (*x509.Certificate, error) {
 // Mosquitto ACL.
 func certIdentity(c *x509.Certificate, l topics.Layout) (identity, error) {
 	switch {
+	case pki.IsOperatorCert(c):
+		// Operators read logs from hubs; they have no topic here.
+		return identity{}, errors.New("an operator certificate is neither a node's nor a hub's")
 	case slices.Contains(c.Subject.Organization, topics.HubOrganization) && c.Subject.CommonName == l.HubCN():
 		return identity{user: c.Subject.CommonName, hub: true}, nil
 	case slices.Contains(c.Subject.Organization, topics.NodeOrganization):

@@ -50,6 +50,25 @@ func clientTLS(t *testing.T, signer, trusted *pki.CA, cn, org string) *tls.Confi
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
+// operatorTLS is a client with an operator certificate of ca (what the
+// signer gives `drover logs`).
+func operatorTLS(t *testing.T, ca *pki.CA) *tls.Config {
+	t.Helper()
+	keyPEM, csr, err := pki.NewKeyAndCSR("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := ca.SignOperatorCSR(csr, pki.OperatorIdentity{User: "alice", Groups: []string{"system:masters"}}, time.Now(), pki.OperatorValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pki.EncodeCert(der), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+}
+
 // connect tries to connect and returns the error (nil when admitted).
 func connect(t *testing.T, url, id string, cfg *tls.Config, will string) error {
 	t.Helper()
@@ -94,6 +113,10 @@ func TestBrokerAdmitsOnlyDroverCertificates(t *testing.T) {
 		{"a certificate of neither kind", clientTLS(t, ca, ca, "n1", "someone"), topics.AgentClientID("n1"), "", false},
 		{"another CA's node certificate", clientTLS(t, other, ca, "n1", topics.NodeOrganization), topics.AgentClientID("n1"), "", false},
 		{"no certificate", &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, topics.AgentClientID("n1"), "", false},
+		// Operators read logs at hubs; at a broker they are nobody.
+		{"an operator certificate, a node's id", operatorTLS(t, ca), topics.AgentClientID("n1"), "", false},
+		{"an operator certificate, its own name as id", operatorTLS(t, ca), topics.AgentClientID(pki.OperatorCommonName), "", false},
+		{"an operator certificate, a hub's id", operatorTLS(t, ca), topics.HubClientID("h1"), "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -212,6 +212,8 @@ user %[2]s
 topic readwrite %[1]s/#
 
 # Every other user is a node, named by its certificate: only its own topics.
+# Operator certificates (CN drover:operator#, for reading logs at hubs) get
+# none: a user with an MQTT wildcard matches no pattern.
 pattern write %[1]s/register/%%u
 pattern write %[1]s/heartbeat/%%u
 pattern write %[1]s/nodes/%%u/tasks/+/status

@@ -3,6 +3,8 @@ package topics
 import (
 	"strings"
 	"testing"
+
+	"github.com/drover-fleet/drover/internal/pki"
 )
 
 func TestLayout(t *testing.T) {
@@ -164,5 +166,29 @@ func TestBrokerURL(t *testing.T) {
 		if _, _, err := BrokerURL(bad); err == nil {
 			t.Errorf("BrokerURL(%q) accepted", bad)
 		}
+	}
+}
+
+// An operator certificate's user (its common name) has no topic: the
+// rule refuses it, and under Mosquitto's %u patterns every topic it would
+// get holds a wildcard, which no publish may name.
+func TestOperatorHasNoTopic(t *testing.T) {
+	l, err := New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := pki.OperatorCommonName
+	for _, topic := range []string{l.Register(u), l.Heartbeat(u), l.Status(u, "uid"), l.Dispatch(u), l.Response(u)} {
+		for _, a := range []Access{Publish, Subscribe} {
+			if l.Allowed(u, false, a, topic) {
+				t.Errorf("the operator user may %v %s", a, topic)
+			}
+		}
+		if !strings.ContainsAny(topic, "+#") {
+			t.Errorf("topic %s of the operator user has no wildcard: Mosquitto's patterns would grant it", topic)
+		}
+	}
+	if strings.Contains(l.MosquittoACL(), "user "+u) {
+		t.Error("the Mosquitto ACL names the operator user")
 	}
 }

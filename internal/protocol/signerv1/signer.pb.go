@@ -451,6 +451,107 @@ func (x *VerifyTokenResponse) GetDescription() string {
 	return ""
 }
 
+type SignOperatorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// csr is a DER PKCS#10 request; only its key is used.
+	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignOperatorRequest) Reset() {
+	*x = SignOperatorRequest{}
+	mi := &file_drover_signer_v1_signer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignOperatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignOperatorRequest) ProtoMessage() {}
+
+func (x *SignOperatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_drover_signer_v1_signer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignOperatorRequest.ProtoReflect.Descriptor instead.
+func (*SignOperatorRequest) Descriptor() ([]byte, []int) {
+	return file_drover_signer_v1_signer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SignOperatorRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+type SignOperatorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain is the operator certificate, then the cross certificates that
+	// chain it to the CAs a rotation replaced (DER).
+	Chain [][]byte `protobuf:"bytes,1,rep,name=chain,proto3" json:"chain,omitempty"`
+	// user is the identity the certificate carries, for the caller's
+	// messages.
+	User          string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignOperatorResponse) Reset() {
+	*x = SignOperatorResponse{}
+	mi := &file_drover_signer_v1_signer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignOperatorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignOperatorResponse) ProtoMessage() {}
+
+func (x *SignOperatorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_drover_signer_v1_signer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignOperatorResponse.ProtoReflect.Descriptor instead.
+func (*SignOperatorResponse) Descriptor() ([]byte, []int) {
+	return file_drover_signer_v1_signer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SignOperatorResponse) GetChain() [][]byte {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+func (x *SignOperatorResponse) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 var File_drover_signer_v1_signer_proto protoreflect.FileDescriptor
 
 const file_drover_signer_v1_signer_proto_rawDesc = "" +
@@ -479,16 +580,22 @@ const file_drover_signer_v1_signer_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12!\n" +
 	"\fauto_approve\x18\x04 \x01(\bR\vautoApprove\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription*\x91\x01\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\"'\n" +
+	"\x13SignOperatorRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"@\n" +
+	"\x14SignOperatorResponse\x12\x14\n" +
+	"\x05chain\x18\x01 \x03(\fR\x05chain\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user*\x91\x01\n" +
 	"\x0eHubCertificate\x12\x1f\n" +
 	"\x1bHUB_CERTIFICATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17HUB_CERTIFICATE_SERVING\x10\x01\x12 \n" +
 	"\x1cHUB_CERTIFICATE_MQTT_SERVING\x10\x02\x12\x1f\n" +
-	"\x1bHUB_CERTIFICATE_MQTT_CLIENT\x10\x032\x87\x02\n" +
+	"\x1bHUB_CERTIFICATE_MQTT_CLIENT\x10\x032\xe6\x02\n" +
 	"\x06Signer\x12Q\n" +
 	"\bSignNode\x12!.drover.signer.v1.SignNodeRequest\x1a\".drover.signer.v1.SignNodeResponse\x12N\n" +
 	"\aSignHub\x12 .drover.signer.v1.SignHubRequest\x1a!.drover.signer.v1.SignHubResponse\x12Z\n" +
-	"\vVerifyToken\x12$.drover.signer.v1.VerifyTokenRequest\x1a%.drover.signer.v1.VerifyTokenResponseBDZBgithub.com/drover-fleet/drover/internal/protocol/signerv1;signerv1b\x06proto3"
+	"\vVerifyToken\x12$.drover.signer.v1.VerifyTokenRequest\x1a%.drover.signer.v1.VerifyTokenResponse\x12]\n" +
+	"\fSignOperator\x12%.drover.signer.v1.SignOperatorRequest\x1a&.drover.signer.v1.SignOperatorResponseBDZBgithub.com/drover-fleet/drover/internal/protocol/signerv1;signerv1b\x06proto3"
 
 var (
 	file_drover_signer_v1_signer_proto_rawDescOnce sync.Once
@@ -503,26 +610,30 @@ func file_drover_signer_v1_signer_proto_rawDescGZIP() []byte {
 }
 
 var file_drover_signer_v1_signer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_drover_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_drover_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_drover_signer_v1_signer_proto_goTypes = []any{
-	(HubCertificate)(0),         // 0: drover.signer.v1.HubCertificate
-	(*SignNodeRequest)(nil),     // 1: drover.signer.v1.SignNodeRequest
-	(*SignNodeResponse)(nil),    // 2: drover.signer.v1.SignNodeResponse
-	(*SignHubRequest)(nil),      // 3: drover.signer.v1.SignHubRequest
-	(*SignHubResponse)(nil),     // 4: drover.signer.v1.SignHubResponse
-	(*VerifyTokenRequest)(nil),  // 5: drover.signer.v1.VerifyTokenRequest
-	(*VerifyTokenResponse)(nil), // 6: drover.signer.v1.VerifyTokenResponse
+	(HubCertificate)(0),          // 0: drover.signer.v1.HubCertificate
+	(*SignNodeRequest)(nil),      // 1: drover.signer.v1.SignNodeRequest
+	(*SignNodeResponse)(nil),     // 2: drover.signer.v1.SignNodeResponse
+	(*SignHubRequest)(nil),       // 3: drover.signer.v1.SignHubRequest
+	(*SignHubResponse)(nil),      // 4: drover.signer.v1.SignHubResponse
+	(*VerifyTokenRequest)(nil),   // 5: drover.signer.v1.VerifyTokenRequest
+	(*VerifyTokenResponse)(nil),  // 6: drover.signer.v1.VerifyTokenResponse
+	(*SignOperatorRequest)(nil),  // 7: drover.signer.v1.SignOperatorRequest
+	(*SignOperatorResponse)(nil), // 8: drover.signer.v1.SignOperatorResponse
 }
 var file_drover_signer_v1_signer_proto_depIdxs = []int32{
 	0, // 0: drover.signer.v1.SignHubRequest.kind:type_name -> drover.signer.v1.HubCertificate
 	1, // 1: drover.signer.v1.Signer.SignNode:input_type -> drover.signer.v1.SignNodeRequest
 	3, // 2: drover.signer.v1.Signer.SignHub:input_type -> drover.signer.v1.SignHubRequest
 	5, // 3: drover.signer.v1.Signer.VerifyToken:input_type -> drover.signer.v1.VerifyTokenRequest
-	2, // 4: drover.signer.v1.Signer.SignNode:output_type -> drover.signer.v1.SignNodeResponse
-	4, // 5: drover.signer.v1.Signer.SignHub:output_type -> drover.signer.v1.SignHubResponse
-	6, // 6: drover.signer.v1.Signer.VerifyToken:output_type -> drover.signer.v1.VerifyTokenResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
+	7, // 4: drover.signer.v1.Signer.SignOperator:input_type -> drover.signer.v1.SignOperatorRequest
+	2, // 5: drover.signer.v1.Signer.SignNode:output_type -> drover.signer.v1.SignNodeResponse
+	4, // 6: drover.signer.v1.Signer.SignHub:output_type -> drover.signer.v1.SignHubResponse
+	6, // 7: drover.signer.v1.Signer.VerifyToken:output_type -> drover.signer.v1.VerifyTokenResponse
+	8, // 8: drover.signer.v1.Signer.SignOperator:output_type -> drover.signer.v1.SignOperatorResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -539,7 +650,7 @@ func file_drover_signer_v1_signer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_drover_signer_v1_signer_proto_rawDesc), len(file_drover_signer_v1_signer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

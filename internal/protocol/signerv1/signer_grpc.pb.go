@@ -31,9 +31,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Signer_SignNode_FullMethodName    = "/drover.signer.v1.Signer/SignNode"
-	Signer_SignHub_FullMethodName     = "/drover.signer.v1.Signer/SignHub"
-	Signer_VerifyToken_FullMethodName = "/drover.signer.v1.Signer/VerifyToken"
+	Signer_SignNode_FullMethodName     = "/drover.signer.v1.Signer/SignNode"
+	Signer_SignHub_FullMethodName      = "/drover.signer.v1.Signer/SignHub"
+	Signer_VerifyToken_FullMethodName  = "/drover.signer.v1.Signer/VerifyToken"
+	Signer_SignOperator_FullMethodName = "/drover.signer.v1.Signer/SignOperator"
 )
 
 // SignerClient is the client API for Signer service.
@@ -47,6 +48,12 @@ type SignerClient interface {
 	SignHub(ctx context.Context, in *SignHubRequest, opts ...grpc.CallOption) (*SignHubResponse, error)
 	// VerifyToken checks a bootstrap token an agent registers with.
 	VerifyToken(ctx context.Context, in *VerifyTokenRequest, opts ...grpc.CallOption) (*VerifyTokenResponse, error)
+	// SignOperator is called by operators' tools (`drover logs`), not by
+	// hubs: the caller's bearer token is its own, checked with a
+	// TokenReview, and needs no access to the signer. It signs a short-lived
+	// operator certificate for csr's key that carries the reviewed identity,
+	// which hubs accept instead of the token: the token never reaches a hub.
+	SignOperator(ctx context.Context, in *SignOperatorRequest, opts ...grpc.CallOption) (*SignOperatorResponse, error)
 }
 
 type signerClient struct {
@@ -87,6 +94,16 @@ func (c *signerClient) VerifyToken(ctx context.Context, in *VerifyTokenRequest, 
 	return out, nil
 }
 
+func (c *signerClient) SignOperator(ctx context.Context, in *SignOperatorRequest, opts ...grpc.CallOption) (*SignOperatorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignOperatorResponse)
+	err := c.cc.Invoke(ctx, Signer_SignOperator_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SignerServer is the server API for Signer service.
 // All implementations must embed UnimplementedSignerServer
 // for forward compatibility.
@@ -98,6 +115,12 @@ type SignerServer interface {
 	SignHub(context.Context, *SignHubRequest) (*SignHubResponse, error)
 	// VerifyToken checks a bootstrap token an agent registers with.
 	VerifyToken(context.Context, *VerifyTokenRequest) (*VerifyTokenResponse, error)
+	// SignOperator is called by operators' tools (`drover logs`), not by
+	// hubs: the caller's bearer token is its own, checked with a
+	// TokenReview, and needs no access to the signer. It signs a short-lived
+	// operator certificate for csr's key that carries the reviewed identity,
+	// which hubs accept instead of the token: the token never reaches a hub.
+	SignOperator(context.Context, *SignOperatorRequest) (*SignOperatorResponse, error)
 	mustEmbedUnimplementedSignerServer()
 }
 
@@ -116,6 +139,9 @@ func (UnimplementedSignerServer) SignHub(context.Context, *SignHubRequest) (*Sig
 }
 func (UnimplementedSignerServer) VerifyToken(context.Context, *VerifyTokenRequest) (*VerifyTokenResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method VerifyToken not implemented")
+}
+func (UnimplementedSignerServer) SignOperator(context.Context, *SignOperatorRequest) (*SignOperatorResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SignOperator not implemented")
 }
 func (UnimplementedSignerServer) mustEmbedUnimplementedSignerServer() {}
 func (UnimplementedSignerServer) testEmbeddedByValue()                {}
@@ -192,6 +218,24 @@ func _Signer_VerifyToken_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Signer_SignOperator_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignOperatorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SignerServer).SignOperator(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Signer_SignOperator_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SignerServer).SignOperator(ctx, req.(*SignOperatorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Signer_ServiceDesc is the grpc.ServiceDesc for Signer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -210,6 +254,10 @@ var Signer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyToken",
 			Handler:    _Signer_VerifyToken_Handler,
+		},
+		{
+			MethodName: "SignOperator",
+			Handler:    _Signer_SignOperator_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -241,7 +241,8 @@ func TestTaskLogsAccess(t *testing.T) {
 	bogus, wrap := f.operator(nil, "not-a-token")
 	wantCode("a bad token", bogus, wrap, codes.Unauthenticated)
 
-	// A service account's token: denied until RBAC allows tasks/log.
+	// A bearer token, even a valid one, never authenticates at a hub: the
+	// hub could replay it. The refusal tells the user what to do.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "reader"}}
 	if err := f.c.Create(ctx, sa); err != nil {
 		t.Fatal(err)
@@ -250,8 +251,23 @@ func TestTaskLogsAccess(t *testing.T) {
 	if err := f.c.SubResource("token").Create(ctx, sa, tr); err != nil {
 		t.Fatalf("token for %s: %v", sa.Name, err)
 	}
-	reader, wrap := f.operator(nil, tr.Status.Token)
-	wantCode("a token without RBAC", reader, wrap, codes.PermissionDenied)
+	tokenOnly, wrap := f.operator(nil, tr.Status.Token)
+	wantCode("a valid token", tokenOnly, wrap, codes.Unauthenticated)
+	if _, _, err := readLogs(wrap(ctx), tokenOnly, req, nil); err == nil || !strings.Contains(err.Error(), "update drover") {
+		t.Errorf("a token's refusal %v: want it to say to update drover", err)
+	}
+
+	// Operator certificates of Drover's CA (what the manager's signer
+	// gives for a reviewed token): the hub asks the kube-apiserver about
+	// the identity the certificate carries.
+	ca, err := pki.ParseCA(caSecret.Data[corev1.TLSCertKey], caSecret.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	saID := pki.OperatorIdentity{User: "system:serviceaccount:" + f.ns + ":reader", UID: string(sa.UID),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + f.ns, "system:authenticated"}}
+	reader, wrap := f.operator(operatorCert(t, ca, saID), "")
+	wantCode("an operator certificate without RBAC", reader, wrap, codes.PermissionDenied)
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "task-logs"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"batch.drover.io"}, Resources: []string{"tasks/log"}, Verbs: []string{"get"}}}}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "task-logs"},
@@ -262,7 +278,7 @@ func TestTaskLogsAccess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, waitTimeout, "the service account reads the log once RBAC allows it", func(context.Context) (bool, error) {
+	testenv.Eventually(t, waitTimeout, "the operator certificate reads the log once RBAC allows its identity", func(context.Context) (bool, error) {
 		got, _, err := readLogs(wrap(ctx), reader, req, nil)
 		if err != nil {
 			return false, err
@@ -272,6 +288,54 @@ func TestTaskLogsAccess(t *testing.T) {
 		}
 		return true, nil
 	})
+	// The same RBAC does not let another identity in: the SAR is the
+	// certificate's.
+	other, wrap := f.operator(operatorCert(t, ca, pki.OperatorIdentity{User: "mallory", Groups: []string{"system:authenticated"}}), "")
+	wantCode("another identity's operator certificate", other, wrap, codes.PermissionDenied)
+	// A token beside a valid certificate changes nothing: the certificate
+	// decides.
+	both, wrap := f.operator(operatorCert(t, ca, saID), "not-a-token")
+	if got, _, err := readLogs(wrap(ctx), both, req, nil); err != nil || got != "classified\n" {
+		t.Errorf("an operator certificate with a token beside it: %q, %v", got, err)
+	}
+
+	// An operator certificate is no node: no session, no message.
+	opConn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1",
+		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*operatorCert(t, ca, pki.OperatorIdentity{User: f.node, Groups: []string{"drover:nodes"}})}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opConn.Close()
+	agent := agentv1.NewAgentHubClient(opConn)
+	if _, err := agent.SendMessage(ctx, protocol.NewHeartbeat(f.node)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("an operator certificate sends a node's message: %v, want PermissionDenied", err)
+	}
+	gm, err := agent.GetMessage(ctx, &agentv1.GetMessageRequest{})
+	if err == nil {
+		_, err = gm.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("an operator certificate opens a node's session: %v, want PermissionDenied", err)
+	}
+}
+
+// operatorCert is an operator certificate of ca for id, as the manager's
+// signer makes them.
+func operatorCert(t *testing.T, ca *pki.CA, id pki.OperatorIdentity) *tls.Certificate {
+	t.Helper()
+	keyPEM, csr, err := pki.NewKeyAndCSR("ignored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := ca.SignOperatorCSR(csr, id, time.Now(), pki.OperatorValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.X509KeyPair(pki.EncodeCert(der), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &c
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -1,8 +1,13 @@
 // Package tasklogs is the client side of a hub's TaskLogs: it reaches the
-// hub serving a task's node with the caller's kubeconfig credentials (a
-// client certificate or a bearer token; the hub checks them as the
-// kube-apiserver would) and copies the log to a writer. `drover logs` uses
-// it.
+// hub serving a task's node with a client certificate and copies the log
+// to a writer. `drover logs` uses it.
+//
+// The certificate is the kubeconfig's own, or, for a kubeconfig with a
+// bearer token, an operator certificate: a key made in memory, signed for
+// ten minutes by the manager's signer once it reviewed the token. The
+// token goes only to the signer, verified as Drover's CA's "drover-signer",
+// never to a hub, which could replay it. Kubeconfigs whose credentials come
+// from an exec or auth-provider plugin are not supported.
 package tasklogs
 
 import (
@@ -18,8 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
+	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -30,6 +34,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/protocol/operatorv1"
+	"github.com/drover-fleet/drover/internal/signer"
 )
 
 // Options of one log request.
@@ -44,8 +49,13 @@ type Options struct {
 	Hub string
 	// DroverNamespace holds the hubs' Leases. Default drover-system.
 	DroverNamespace string
-	// CAPEM is Drover's CA, which signs hubs' serving certificates.
+	// CAPEM is Drover's CA, which signs hubs' and the signer's serving
+	// certificates.
 	CAPEM []byte
+	// Signer is the manager's signer (host:port), which trades a
+	// kubeconfig's bearer token for an operator certificate. Empty: the
+	// address recorded on Drover's CA bundle (hub.ReadSignerAddress).
+	Signer string
 
 	Namespace, Name string
 	// Stream is "stdout" (default) or "stderr".
@@ -70,11 +80,15 @@ func Copy(ctx context.Context, o Options, w io.Writer) error {
 			return err
 		}
 	}
-	err := copyFrom(ctx, o, addr, w)
+	creds, err := clientCredentials(ctx, o)
+	if err != nil {
+		return err
+	}
+	err = copyFrom(ctx, o, creds, addr, w)
 	var moved *movedError
 	if errors.As(err, &moved) && moved.addr != "" && moved.addr != addr {
 		// The node moved to another hub since we looked: ask that one, once.
-		return copyFrom(ctx, o, moved.addr, w)
+		return copyFrom(ctx, o, creds, moved.addr, w)
 	}
 	return err
 }
@@ -119,51 +133,97 @@ func findHub(ctx context.Context, o Options) (string, error) {
 	return addr, nil
 }
 
-// Credentials is the TLS configuration and bearer token the kubeconfig's
-// credentials give for a hub at addr, trusting Drover's CA in caPEM.
-func Credentials(cfg *rest.Config, caPEM []byte, addr string) (*tls.Config, string, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, "", errors.New("no certificate in Drover's CA (see `drover ca`)")
+// credentials are what the caller presents to hubs: a client
+// certificate, as the kubeconfig has one or as the signer traded one for
+// its token; and Drover's CAs, which hubs' certificates chain to.
+type credentials struct {
+	roots *x509.CertPool
+	// cert and getCert: one is set, as in tls.Config.
+	cert    *tls.Certificate
+	getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)
+}
+
+// clientCredentials finds the client certificate for hubs: the
+// kubeconfig's, or an operator certificate for its bearer token.
+func clientCredentials(ctx context.Context, o Options) (*credentials, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(o.CAPEM) {
+		return nil, errors.New("no certificate in Drover's CA (see `drover ca`)")
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("hub address %q: %w", addr, err)
-	}
-	kube, err := rest.TLSConfigFor(cfg)
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig TLS settings: %w", err)
-	}
-	tc := &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS13}
-	if kube != nil {
-		tc.Certificates = kube.Certificates
-		tc.GetClientCertificate = kube.GetClientCertificate
+	cfg := o.Config
+	c := &credentials{roots: roots}
+	switch {
+	case cfg.ExecProvider != nil || cfg.AuthProvider != nil:
+		return nil, errors.New("the kubeconfig's credentials come from an exec or auth-provider plugin, which drover logs does not support: " +
+			"use a kubeconfig with a client certificate or a bearer token (e.g. `kubectl create token`)")
+	case len(cfg.CertData) > 0 || cfg.CertFile != "":
+		kube, err := rest.TLSConfigFor(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig TLS settings: %w", err)
+		}
+		switch {
+		case kube != nil && kube.GetClientCertificate != nil:
+			c.getCert = kube.GetClientCertificate
+		case kube != nil && len(kube.Certificates) > 0:
+			c.cert = &kube.Certificates[0]
+		default:
+			return nil, errors.New("the kubeconfig names a client certificate, yet none loads")
+		}
+		return c, nil
 	}
 	token := cfg.BearerToken
 	if token == "" && cfg.BearerTokenFile != "" {
 		b, err := os.ReadFile(cfg.BearerTokenFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("read the kubeconfig's token file: %w", err)
+			return nil, fmt.Errorf("read the kubeconfig's token file: %w", err)
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	return tc, token, nil
+	if token == "" {
+		return nil, errors.New("the kubeconfig has neither a client certificate nor a bearer token, which hubs need (through Drover's signer for a token)")
+	}
+	addr := o.Signer
+	if addr == "" {
+		if o.Client == nil {
+			return nil, errors.New("no signer address: pass --signer host:port")
+		}
+		var err error
+		if addr, err = hub.ReadSignerAddress(ctx, o.Client, o.DroverNamespace); err != nil {
+			return nil, fmt.Errorf("%w (or pass --signer host:port)", err)
+		}
+	}
+	cert, _, err := signer.OperatorCertificate(ctx, addr, roots, token)
+	if err != nil {
+		return nil, err
+	}
+	c.cert = cert
+	return c, nil
 }
 
-func copyFrom(ctx context.Context, o Options, addr string, w io.Writer) error {
-	tc, token, err := Credentials(o.Config, o.CAPEM, addr)
+// tlsFor is the TLS configuration for the hub at addr.
+func (c *credentials) tlsFor(addr string) (*tls.Config, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("hub address %q: %w", addr, err)
+	}
+	tc := &tls.Config{RootCAs: c.roots, ServerName: host, MinVersion: tls.VersionTLS13, GetClientCertificate: c.getCert}
+	if c.cert != nil {
+		tc.Certificates = []tls.Certificate{*c.cert}
+	}
+	return tc, nil
+}
+
+func copyFrom(ctx context.Context, o Options, creds *credentials, addr string, w io.Writer) error {
+	tc, err := creds.tlsFor(addr)
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(grpccreds.NewTLS(tc)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(2*protocol.MaxLogChunkBytes)))
 	if err != nil {
 		return fmt.Errorf("hub %s: %w", addr, err)
 	}
 	defer conn.Close()
-	if token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
 	stream, err := operatorv1.NewOperatorClient(conn).TaskLogs(ctx, &operatorv1.TaskLogsRequest{
 		Namespace: o.Namespace, Name: o.Name, Stream: o.Stream, Follow: o.Follow, TailBytes: o.TailBytes, Attempt: o.Attempt,
 	})
