@@ -166,9 +166,9 @@ func (r *TaskDispatcherReconciler) Reconcile(ctx context.Context, req reconcile.
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get Task "+req.NamespacedName.String(), err)
 	}
-	// The state loaders get their own copy, so that actions changing the
-	// target in memory do not change what the loaders select.
-	m := NewTaskDispatcher(NewTaskDispatcherState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+	// No state is declared, so nothing selects by the target: no copy of
+	// it (a large object copied once per reconcile is not free).
+	m := NewTaskDispatcher(NewTaskDispatcherState(r.Client, &target), r.NewImpl(r.Client, &target), r.Hooks)
 	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})
