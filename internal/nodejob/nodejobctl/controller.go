@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -73,7 +73,10 @@ func lower(s string) string {
 	return string(b)
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler. It is wired by hand, not the
+// generated NodeUpgradeJobManagerReconciler: one generic reconciler serves
+// both kinds, and a job that is gone still has its slices deleted (the
+// generated Reconcile stops at NotFound).
 func (r *Reconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	job := r.New()
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
@@ -82,37 +85,84 @@ func (r *Reconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		}
 		return ctrl.Result{}, err
 	}
-	// A job deleted and re-created with the same name starts clean: the
-	// old job's slices go, whether or not a garbage collector runs.
-	if err := r.deleteStaleSlices(ctx, job.JobKind(), job.GetName(), job.GetUID()); err != nil {
+	w := &run[T]{r: r, job: job, now: r.Clock.Now()}
+	m, err := newManager(r.Client, job, w)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if job.JobStatus().Phase.Final() {
-		// A late report may still change a slice; it never moves the phase.
-		return ctrl.Result{}, nil
-	}
-	w := &run[T]{r: r, job: job, now: r.Clock.Now()}
-	var wf ctrlkit.Action
-	if job.JobStatus().Phase == "" {
-		wf = ctrlkit.Sequential(
-			ctrlkit.NewAction("ResolveNodes", w.resolveNodes),
-			ctrlkit.NewAction("CreateSlices", w.createSlices),
-			ctrlkit.NewAction("UpdateStatus", w.updateStatus),
-		)
-	} else {
-		wf = ctrlkit.Sequential(
-			ctrlkit.NewAction("LoadSlices", w.loadSlices),
-			ctrlkit.NewAction("StepNodes", w.stepNodes),
-			ctrlkit.NewAction("UpdateStatus", w.updateStatus),
-		)
-	}
+	wf := ctrlkit.Optimize(Workflow(m, job))
 	// Each action's outcome and duration, at debug level (--log-level debug).
 	wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: ctrlkit.LogObserver{Level: 1}})
-	res, err := ctrlkit.IgnoreExit(wf.Run(ctx))
-	if err == nil && w.recheck > 0 && res.RequeueAfter == 0 {
-		res.RequeueAfter = w.recheck
+	return ctrlkit.Reconcile(ctx, wf)
+}
+
+// Actions are the actions nodejob.ctrlkit declares, which the generated
+// managers of both kinds offer.
+type Actions interface {
+	DeleteStaleSlices() ctrlkit.Action
+	ResolveNodes() ctrlkit.Action
+	CreateSlices() ctrlkit.Action
+	LoadSlices() ctrlkit.Action
+	StepNodes() ctrlkit.Action
+	UpdateStatus() ctrlkit.Action
+	RequeueForTimeouts() ctrlkit.Action
+}
+
+var (
+	_ Actions = (*NodeUpgradeJobManager)(nil)
+	_ Actions = (*ImagePrePullJobManager)(nil)
+)
+
+// Workflow is the controller's workflow for job:
+//
+//   - the slices of an earlier job of the same name go first, whatever the
+//     phase: a job deleted and re-created with the same name starts clean,
+//     whether or not a garbage collector runs;
+//   - a final job stops there (a late report may still change a slice; it
+//     never moves the phase);
+//   - a new job (no phase) resolves its nodes, creates its slices with the
+//     first admission in them and goes to Init;
+//   - a running one loads its slices, steps them and writes the status.
+//
+// Sequential, because each step works on what the one before found. The
+// requeue for the next node that may time out is joined beside it, so it
+// applies whatever the sequence ended with (a requeue on a status conflict,
+// an exit), except an error, which controller-runtime retries anyway.
+func Workflow(m Actions, job opsv1.NodeJob) ctrlkit.Action {
+	phase := job.JobStatus().Phase
+	return ctrlkit.JoinOrdered(
+		ctrlkit.Sequential(
+			m.DeleteStaleSlices(),
+			ctrlkit.ExitIf(phase.Final()),
+			ctrlkit.IfElse(phase == "",
+				ctrlkit.Sequential(m.ResolveNodes(), m.CreateSlices(), m.UpdateStatus()),
+				ctrlkit.Sequential(m.LoadSlices(), m.StepNodes(), m.UpdateStatus()),
+			),
+		),
+		m.RequeueForTimeouts(),
+	)
+}
+
+// newManager returns the generated manager of job's kind running w.
+func newManager[T opsv1.NodeJob](c client.Reader, job T, w *run[T]) (Actions, error) {
+	switch j := any(job).(type) {
+	case *opsv1.NodeUpgradeJob:
+		return NewNodeUpgradeJobManager(NewNodeUpgradeJobManagerState(c, j.DeepCopy()), any(w).(NodeUpgradeJobManagerImpl)), nil
+	case *opsv1.ImagePrePullJob:
+		return NewImagePrePullJobManager(NewImagePrePullJobManagerState(c, j.DeepCopy()), any(w).(ImagePrePullJobManagerImpl)), nil
 	}
-	return res, err
+	return nil, fmt.Errorf("node job controller: no ctrlkit manager for %T; declare one in nodejob.ctrlkit", job)
+}
+
+// DeleteStaleSlices implements the managers' Impl.
+func (w *run[T]) DeleteStaleSlices(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return ctrlkit.RequeueIfError(w.r.deleteStaleSlices(ctx, w.job.JobKind(), w.job.GetName(), w.job.GetUID()))
+}
+
+// RequeueForTimeouts implements the managers' Impl: the step or the first
+// admission said when the next node may time out.
+func (w *run[T]) RequeueForTimeouts(context.Context, logr.Logger) (reconcile.Result, error) {
+	return ctrlkit.RequeueAfter(w.recheck)
 }
 
 // deleteStaleSlices deletes the slices of job kind/name whose job uid is
@@ -146,7 +196,8 @@ type run[T opsv1.NodeJob] struct {
 	recheck time.Duration
 }
 
-func (w *run[T]) resolveNodes(ctx context.Context) (reconcile.Result, error) {
+// ResolveNodes implements the managers' Impl.
+func (w *run[T]) ResolveNodes(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
 	names, sel := w.job.Target()
 	var list fleetv1.FleetNodeList
 	// Read only: a deep copy of every FleetNode per reconcile was most of
@@ -189,13 +240,13 @@ func (w *run[T]) resolveNodes(ctx context.Context) (reconcile.Result, error) {
 	return ctrlkit.NoRequeue()
 }
 
-// createSlices writes the job's NodeTaskSlices with the first admission
+// CreateSlices writes the job's NodeTaskSlices with the first admission
 // already in them: the nodes that fit within concurrency are InProgress
 // from the start, so the hubs dispatch them when the slices appear, instead
 // of one more round of writes to every slice. Slices that already exist
 // (an earlier reconcile created them and the cache has not seen the job's
 // Init status yet, or it stopped half-way) are kept as they are.
-func (w *run[T]) createSlices(ctx context.Context) (reconcile.Result, error) {
+func (w *run[T]) CreateSlices(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
 	kind := w.job.JobKind()
 	per := nodejob.NodesPerSlice(w.job.ImageCount())
 	var fresh []int // indexes into w.slices of the slices to create
@@ -283,17 +334,14 @@ func (w *run[T]) step(entries []opsv1.NodeTaskStatus, nodes map[string]nodejob.N
 	}, entries, nodes)
 }
 
-func (w *run[T]) loadSlices(ctx context.Context) (reconcile.Result, error) {
-	var list opsv1.NodeTaskSliceList
-	if err := w.r.Client.List(ctx, &list, client.MatchingLabels{opsv1.LabelJobUID: string(w.job.GetUID())}); err != nil {
-		return ctrlkit.RequeueIfErrorAndWrap("list NodeTaskSlices", err)
-	}
-	if int32(len(list.Items)) < w.job.JobStatus().Slices {
+// LoadSlices implements the managers' Impl.
+func (w *run[T]) LoadSlices(_ context.Context, _ logr.Logger, slices []opsv1.NodeTaskSlice) (reconcile.Result, error) {
+	if int32(len(slices)) < w.job.JobStatus().Slices {
 		// The cache has not seen every slice created at Init yet; counting
 		// now would miss nodes.
 		return ctrlkit.RequeueAfter(200 * time.Millisecond)
 	}
-	w.slices = list.Items
+	w.slices = slices
 	sort.Slice(w.slices, func(i, j int) bool { return w.slices[i].Name < w.slices[j].Name })
 	return ctrlkit.NoRequeue()
 }
@@ -306,7 +354,8 @@ func (w *run[T]) entries() []opsv1.NodeTaskStatus {
 	return out
 }
 
-func (w *run[T]) stepNodes(ctx context.Context) (reconcile.Result, error) {
+// StepNodes implements the managers' Impl.
+func (w *run[T]) StepNodes(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
 	entries := w.entries()
 	// Step reads the FleetNodes only to admit or fail Pending nodes; once
 	// every node has started, reconciles (one per slice write) skip them.
@@ -387,7 +436,8 @@ func (w *run[T]) writeSlice(ctx context.Context, s opsv1.NodeTaskSlice, changes 
 	return s, err
 }
 
-func (w *run[T]) updateStatus(ctx context.Context) (reconcile.Result, error) {
+// UpdateStatus implements the managers' Impl.
+func (w *run[T]) UpdateStatus(ctx context.Context, logger logr.Logger) (reconcile.Result, error) {
 	st := w.job.JobStatus()
 	before := st.DeepCopy()
 	entries := w.entries()
@@ -429,7 +479,7 @@ func (w *run[T]) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("update status", err)
 	}
-	log.FromContext(ctx).Info("node job status", "phase", phase, "total", counts.Total, "successful", counts.Successful, "failed", counts.Failure, "unknown", counts.Unknown)
+	logger.Info("node job status", "phase", phase, "total", counts.Total, "successful", counts.Successful, "failed", counts.Failure, "unknown", counts.Unknown)
 	w.events(before.Phase, phase, v)
 	return ctrlkit.NoRequeue()
 }

@@ -15,3 +15,5 @@
 // Completed and Failure are final. Hubs dispatch the admitted nodes they
 // serve and write the agents' reports into the slices.
 package nodejobctl
+
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.ctrlkit.go nodejob.ctrlkit

@@ -23,6 +23,8 @@
 // must not leave nodes InProgress forever).
 package nodejobhub
 
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.ctrlkit.go nodejobhub.ctrlkit
+
 import (
 	"context"
 	"errors"
@@ -33,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,6 +52,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/protocol/agentv1"
+	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
 // Options configure an Executor.
@@ -234,7 +238,7 @@ func (e *Executor) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&opsv1.NodeUpgradeJob{}, mapJob, specOnly).
 		Watches(&opsv1.ImagePrePullJob{}, mapJob, specOnly).
 		WithOptions(controller.Options{NeedLeaderElection: &noLeader, MaxConcurrentReconciles: 2}).
-		Complete(e)
+		Complete(e.reconciler())
 	if err != nil {
 		return err
 	}
@@ -258,7 +262,7 @@ func (r *runner) Start(ctx context.Context) error {
 		return fmt.Errorf("node job executor: list slices: %w", err)
 	}
 	for i := range l.Items {
-		if _, err := r.e.index(ctx, &l.Items[i], false); err != nil {
+		if _, err := r.e.index(ctx, &l.Items[i]); err != nil {
 			return fmt.Errorf("node job executor: %w", err)
 		}
 	}
@@ -268,36 +272,91 @@ func (r *runner) Start(ctx context.Context) error {
 	return r.e.writeLoop(ctx)
 }
 
-// Reconcile implements reconcile.Reconciler for NodeTaskSlices.
+// Reconcile implements reconcile.Reconciler for NodeTaskSlices, through
+// the reconciler generated from nodejobhub.ctrlkit (Workflow).
 func (e *Executor) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var s opsv1.NodeTaskSlice
-	if err := e.opts.Client.Get(ctx, req.NamespacedName, &s); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	_, err := e.index(ctx, &s, e.synced.Load())
-	return reconcile.Result{}, err
+	return e.reconciler().Reconcile(ctx, req)
 }
 
-// index records what the slice's InProgress nodes should hold and, if
-// send, dispatches new or changed items to the nodes connected here.
-func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool) (int, error) {
+func (e *Executor) reconciler() *NodeJobExecutorReconciler {
+	return &NodeJobExecutorReconciler{
+		Client: e.opts.Client,
+		NewImpl: func(_ client.Client, s *opsv1.NodeTaskSlice) NodeJobExecutorImpl {
+			return &sliceRun{e: e, slice: s}
+		},
+		Workflow: func(m *NodeJobExecutor, _ *opsv1.NodeTaskSlice) ctrlkit.Action {
+			return Workflow(m, e.synced.Load())
+		},
+	}
+}
+
+// Workflow is the executor's workflow for one slice: index what its
+// InProgress nodes should hold, then, once the executor has loaded every
+// slice (synced), send what changed to the nodes connected here. Before
+// that, agents cannot connect (WorkFor refuses them) and the loader sends
+// everything at once (resend). Sequential: a slice of a job that is gone
+// exits after IndexSlice, with nothing to send.
+func Workflow(m *NodeJobExecutor, synced bool) ctrlkit.Action {
+	return ctrlkit.Sequential(m.IndexSlice(), ctrlkit.If(synced, m.SendWork()))
+}
+
+// sliceRun implements NodeJobExecutorImpl for one reconcile of slice.
+type sliceRun struct {
+	e     *Executor
+	slice *opsv1.NodeTaskSlice
+	plan  *plan
+}
+
+var _ NodeJobExecutorImpl = (*sliceRun)(nil)
+
+// IndexSlice implements NodeJobExecutorImpl.
+func (r *sliceRun) IndexSlice(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	p, err := r.e.index(ctx, r.slice)
+	if err != nil {
+		return ctrlkit.RequeueIfErrorAndWrap("index NodeTaskSlice "+r.slice.Name, err)
+	}
+	if p == nil {
+		return ctrlkit.Exit() // the job is gone; its work was forgotten
+	}
+	r.plan = p
+	return ctrlkit.NoRequeue()
+}
+
+// SendWork implements NodeJobExecutorImpl.
+func (r *sliceRun) SendWork(context.Context, logr.Logger) (reconcile.Result, error) {
+	r.e.send(r.plan)
+	return ctrlkit.NoRequeue()
+}
+
+// plan is what indexing a slice found to do at the nodes connected here.
+type plan struct {
+	uid   string
+	sends []sendItem
+	// failed are InProgress nodes the job's Secret fails, for unusable.
+	failed   []string
+	unusable *secretError
+}
+
+type sendItem struct {
+	node string
+	item *agentv1.WorkItem
+}
+
+// index records what the slice's InProgress nodes should hold and returns
+// what changed, to send to the nodes connected here. A nil plan and no
+// error: the slice's job is gone, and its work was forgotten.
+func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice) (*plan, error) {
 	job, err := e.getJob(ctx, s.Job)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	uid := string(s.Job.UID)
 	if job == nil {
 		e.forgetJob(uid)
-		return 0, nil
+		return nil, nil
 	}
-	type out struct {
-		node string
-		item *agentv1.WorkItem
-	}
-	var sends []out
+	p := &plan{uid: uid}
 	var base *agentv1.WorkItem
-	var unusable *secretError
-	var failed []string // InProgress nodes the job's Secret fails
 	timeout := time.Duration(max(job.Execution().TimeoutSeconds, 1)) * time.Second
 	e.mu.Lock()
 	e.jobs[uid] = jobRef{kind: s.Job.Kind, name: s.Job.Name, uid: s.Job.UID, timeout: timeout}
@@ -316,17 +375,17 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 			}
 			continue
 		}
-		if base == nil && unusable == nil {
+		if base == nil && p.unusable == nil {
 			// Once per slice, not per node: it may read the job's Secret.
 			base, err = e.jobItem(ctx, job)
-			if unusable, _ = errors.AsType[*secretError](err); unusable == nil && err != nil {
-				return 0, err
+			if p.unusable, _ = errors.AsType[*secretError](err); p.unusable == nil && err != nil {
+				return nil, err
 			}
 		}
-		if unusable != nil {
+		if p.unusable != nil {
 			// The Secret will not become readable by retrying: the node
 			// fails now, saying which Secret, instead of going Unknown.
-			failed = append(failed, n.NodeName)
+			p.failed = append(p.failed, n.NodeName)
 			continue
 		}
 		items := itemsFor(job, base, n.NodeName)
@@ -338,28 +397,32 @@ func (e *Executor) index(ctx context.Context, s *opsv1.NodeTaskSlice, send bool)
 			old := e.want[n.NodeName][it.GetUid()]
 			if old == nil || string(old.GetSpec()) != string(it.GetSpec()) {
 				e.want[n.NodeName][it.GetUid()] = it
-				sends = append(sends, out{n.NodeName, it})
+				p.sends = append(p.sends, sendItem{n.NodeName, it})
 			}
 		}
 		e.mu.Unlock()
 	}
-	e.log.Debug("indexed slice", "slice", s.Name, "job", s.Job.Name, "nodes", len(s.Nodes), "changed", len(sends), "send", send)
+	e.log.Debug("indexed slice", "slice", s.Name, "job", s.Job.Name, "nodes", len(s.Nodes), "changed", len(p.sends))
+	return p, nil
+}
+
+// send fails and dispatches what p found, at the nodes connected here.
+func (e *Executor) send(p *plan) {
 	h := e.hub.Load()
-	if !send || h == nil {
-		return len(sends), nil
+	if p == nil || h == nil {
+		return
 	}
-	for _, node := range failed {
+	for _, node := range p.failed {
 		// Only the nodes connected here: another hub fails its own.
 		if (*h).Connected(node) {
-			e.failNode(uid, node, nodejobwire.Dispatch, unusable.Error())
+			e.failNode(p.uid, node, nodejobwire.Dispatch, p.unusable.Error())
 		}
 	}
-	for _, o := range sends {
+	for _, o := range p.sends {
 		if (*h).Connected(o.node) {
-			e.dispatch(*h, uid, o.node, o.item)
+			e.dispatch(*h, p.uid, o.node, o.item)
 		}
 	}
-	return len(sends), nil
 }
 
 // resend dispatches every wanted item to the nodes connected here. Agents

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,12 +16,17 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
+	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
 // Reconcile implements reconcile.Reconciler for Tasks: it dispatches a
 // Scheduled attempt to its node if the node is connected here, cancels a
-// superseded attempt, and stops a deleted task's process.
+// superseded attempt, and stops a deleted task's process. The actions are
+// declared in taskhub.ctrlkit and run as Workflow assembles them; the
+// reconcile is wired by hand because a Task that is gone is forgotten
+// (forget), which the generated Reconcile, done at NotFound, cannot do.
 func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var t batchv1.Task
 	if err := d.opts.Client.Get(ctx, req.NamespacedName, &t); err != nil {
@@ -30,36 +36,84 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
-	if t.DeletionTimestamp != nil {
-		return d.cleanup(ctx, &t)
+	m := NewTaskDispatcher(NewTaskDispatcherState(d.opts.Client, t.DeepCopy()), &taskRun{d: d, t: &t, key: req.NamespacedName})
+	return ctrlkit.Reconcile(ctx, ctrlkit.Optimize(Workflow(m, &t)))
+}
+
+// Workflow is the dispatcher's workflow for t. A deleted task is cleaned
+// up (its attempt stopped, then its finalizer released). Otherwise, in
+// sequence: the finalizer of an attempt that ended is released (its write
+// raced the attempt's end and landed first); the hub must be attached and
+// its cache synced, else the task comes back in a second; a superseded
+// attempt is cancelled at its node; the current one is sent. Sequential,
+// because each step stops the next: a failed release is retried before
+// anything is sent, and a task that waits for the hub sends nothing.
+func Workflow(m *TaskDispatcher, t *batchv1.Task) ctrlkit.Action {
+	return ctrlkit.IfElse(t.DeletionTimestamp != nil,
+		m.Cleanup(),
+		ctrlkit.Sequential(
+			ctrlkit.If(t.Status.State.Final() && controllerutil.ContainsFinalizer(t, FinalizerCleanup), m.ReleaseEnded()),
+			m.AwaitHub(),
+			m.CancelSuperseded(),
+			m.Dispatch(),
+		),
+	)
+}
+
+// taskRun implements TaskDispatcherImpl for one reconcile of t; the
+// actions share what they found.
+type taskRun struct {
+	d   *Dispatcher
+	t   *batchv1.Task
+	key types.NamespacedName
+
+	h    hub.Link // AwaitHub
+	work string   // CancelSuperseded: the current attempt's work id
+	prev sent     // CancelSuperseded: what was sent before, if had
+	had  bool
+}
+
+var _ TaskDispatcherImpl = (*taskRun)(nil)
+
+// Cleanup implements TaskDispatcherImpl.
+func (r *taskRun) Cleanup(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return r.d.cleanup(ctx, r.t)
+}
+
+// ReleaseEnded implements TaskDispatcherImpl.
+func (r *taskRun) ReleaseEnded(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	// An ended task must not hold its deletion or show a cleanup it does
+	// not need.
+	_, err := r.d.release(ctx, r.t, "the attempt had ended")
+	return ctrlkit.RequeueIfError(err)
+}
+
+// AwaitHub implements TaskDispatcherImpl.
+func (r *taskRun) AwaitHub(context.Context, logr.Logger) (reconcile.Result, error) {
+	r.h = r.d.getHub()
+	if r.h == nil || !r.d.synced.Load() {
+		return ctrlkit.RequeueAfter(time.Second)
 	}
-	if t.Status.State.Final() && controllerutil.ContainsFinalizer(&t, FinalizerCleanup) {
-		// The finalizer's write raced the attempt's end and landed first
-		// (it is made beside the status writes): nothing is left to stop,
-		// and an ended task must not hold its deletion or show a cleanup
-		// it does not need.
-		if _, err := d.release(ctx, &t, "the attempt had ended"); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	h := d.getHub()
-	if h == nil || !d.synced.Load() {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	work := ""
+	return ctrlkit.NoRequeue()
+}
+
+// CancelSuperseded implements TaskDispatcherImpl.
+func (r *taskRun) CancelSuperseded(context.Context, logr.Logger) (reconcile.Result, error) {
+	d, t, h := r.d, r.t, r.h
 	if t.Status.Attempt >= 1 {
-		work = taskwire.WorkID(string(t.UID), t.Status.Attempt)
+		r.work = taskwire.WorkID(string(t.UID), t.Status.Attempt)
 	}
 	d.mu.Lock()
-	prev, had := d.sent[t.UID]
+	r.prev, r.had = d.sent[t.UID]
 	d.mu.Unlock()
+	prev, had, work := r.prev, r.had, r.work
 	if had && prev.work != work && h.Connected(prev.node) {
 		// The manager moved on (a restart, a reschedule): the old attempt
 		// leaves the node's list, and the node stops it now, not on its
 		// next snapshot.
 		if err := h.Cancel(prev.node, prev.work); err == nil {
 			d.m.cancels.Inc()
-			d.log.Info("cancelled a superseded attempt", "task", req.NamespacedName, "node", prev.node, "work", prev.work)
+			d.log.Info("cancelled a superseded attempt", "task", r.key, "node", prev.node, "work", prev.work)
 		}
 		d.mu.Lock()
 		delete(d.sent, t.UID)
@@ -71,20 +125,26 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		delete(d.ended, t.UID)
 		d.mu.Unlock()
 	}
-	if t.Status.State != batchv1.TaskScheduled || !active(&t) || !h.Connected(t.Status.NodeName) {
-		return reconcile.Result{}, nil
+	return ctrlkit.NoRequeue()
+}
+
+// Dispatch implements TaskDispatcherImpl.
+func (r *taskRun) Dispatch(context.Context, logr.Logger) (reconcile.Result, error) {
+	d, t, h := r.d, r.t, r.h
+	if t.Status.State != batchv1.TaskScheduled || !active(t) || !h.Connected(t.Status.NodeName) {
+		return ctrlkit.NoRequeue()
 	}
-	if had && prev.work == work {
-		return reconcile.Result{}, nil // sent; its Dispatching write is queued
+	if r.had && r.prev.work == r.work {
+		return ctrlkit.NoRequeue() // sent; its Dispatching write is queued
 	}
 	if err := canRun(h, t.Status.NodeName); err != nil {
-		d.cannotSend(&t, err)
-		return reconcile.Result{}, nil
+		d.cannotSend(t, err)
+		return ctrlkit.NoRequeue()
 	}
-	it, err := Item(&t)
+	it, err := Item(t)
 	if err != nil {
-		d.cannotSend(&t, err)
-		return reconcile.Result{}, nil
+		d.cannotSend(t, err)
+		return ctrlkit.NoRequeue()
 	}
 	// Sent first, the finalizer after (the task's writer adds it
 	// FlushInterval later if the attempt still runs): a round trip to the
@@ -94,13 +154,13 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// next snapshot no longer holds it.
 	if err := h.Dispatch(t.Status.NodeName, it); err != nil {
 		// The stream just closed: the node's next snapshot carries it.
-		d.log.Warn("dispatch failed; the node's next connect carries it", "task", req.NamespacedName, "node", t.Status.NodeName, "err", err)
-		return reconcile.Result{}, nil
+		d.log.Warn("dispatch failed; the node's next connect carries it", "task", r.key, "node", t.Status.NodeName, "err", err)
+		return ctrlkit.NoRequeue()
 	}
 	d.m.dispatched.Inc()
-	d.recordSent(&t, t.Status.NodeName, it.GetUid())
+	d.recordSent(t, t.Status.NodeName, it.GetUid())
 	d.enqueue(t.UID, t.Status.NodeName, t.Status.Attempt, d.markDispatched)
-	return reconcile.Result{}, nil
+	return ctrlkit.NoRequeue()
 }
 
 // cannotSend fails the current attempt of a task whose work item cannot

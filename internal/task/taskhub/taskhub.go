@@ -25,6 +25,8 @@
 // snapshot, which no longer lists it.)
 package taskhub
 
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.ctrlkit.go taskhub.ctrlkit
+
 import (
 	"context"
 	"errors"

@@ -174,7 +174,9 @@ func goExpr(v *Value) string {
 	parts := make([]string, len(v.Parts))
 	for i, p := range v.Parts {
 		if p.Ref != nil {
-			parts[i] = "s.target." + strings.Join(p.Ref, ".")
+			// Converted, so that a field of a string kind (the UID,
+			// types.UID) is a string too; a no-op for a string.
+			parts[i] = "string(s.target." + strings.Join(p.Ref, ".") + ")"
 		} else {
 			parts[i] = strconv.Quote(p.Lit)
 		}

@@ -135,8 +135,8 @@ decl M for apps/v1/Deployment {
 		t.Errorf("decl = for %s doc %q, want for appsv1.Deployment doc %q", d.For.GoType(), d.Doc, "M manages pods.")
 	}
 	cfg, pods := d.States[0], d.States[1]
-	if cfg.List || goExpr(cfg.ByName) != `s.target.Name + "-cfg"` || cfg.Doc[0] != "cfg is the config." {
-		t.Errorf("cfg = list %v name %s doc %q, want an object named s.target.Name + \"-cfg\"", cfg.List, goExpr(cfg.ByName), cfg.Doc)
+	if cfg.List || goExpr(cfg.ByName) != `string(s.target.Name) + "-cfg"` || cfg.Doc[0] != "cfg is the config." {
+		t.Errorf("cfg = list %v name %s doc %q, want an object named string(s.target.Name) + \"-cfg\"", cfg.List, goExpr(cfg.ByName), cfg.Doc)
 	}
 	if !pods.List || !pods.Owned || len(pods.Labels) != 1 || len(pods.Fields) != 1 || goExpr(pods.Fields[0].Value) != `"n1"` {
 		t.Errorf("pods = %+v, want an owned list with one label and one field", pods)

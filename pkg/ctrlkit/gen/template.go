@@ -187,9 +187,15 @@ func (r *{{$d.Name}}Reconciler) Reconcile(ctx context.Context, req reconcile.Req
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get {{$d.For}} "+req.NamespacedName.String(), err)
 	}
+{{- if $d.States}}
 	// The state loaders get their own copy, so that actions changing the
 	// target in memory do not change what the loaders select.
 	m := New{{$d.Name}}(New{{$state}}(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+{{- else}}
+	// No state is declared, so nothing selects by the target: no copy of
+	// it (a large object copied once per reconcile is not free).
+	m := New{{$d.Name}}(New{{$state}}(r.Client, &target), r.NewImpl(r.Client, &target), r.Hooks)
+{{- end}}
 	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})

@@ -38,7 +38,7 @@ func NewAppManagerState(reader client.Reader, target *corev1.ConfigMap) AppManag
 // target.
 func (s *AppManagerState) GetCreds(ctx context.Context) (*corev1.Secret, error) {
 	var obj corev1.Secret
-	key := client.ObjectKey{Namespace: s.target.GetNamespace(), Name: s.target.Name + "-creds"}
+	key := client.ObjectKey{Namespace: s.target.GetNamespace(), Name: string(s.target.Name) + "-creds"}
 	if err := s.Get(ctx, key, &obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
@@ -59,7 +59,7 @@ func (s *AppManagerState) GetPods(ctx context.Context) ([]corev1.Pod, error) {
 	if err := s.List(ctx, &list,
 		client.InNamespace(s.target.GetNamespace()),
 		client.MatchingLabels{
-			"app": s.target.Name,
+			"app": string(s.target.Name),
 		},
 	); err != nil {
 		return nil, fmt.Errorf("load state pods: list Pods: %w", err)
