@@ -175,3 +175,16 @@ func Claim(changes []Change, answers []Answer) ([]updatev1.Updater, error) {
 	}
 	return out, nil
 }
+
+// CheckUpdaters refuses updaters that share a sequence number, naming both
+// (the CRD refuses them too, without names).
+func CheckUpdaters(ups []updatev1.Updater) error {
+	seen := map[int32]string{}
+	for _, u := range ups {
+		if other, ok := seen[u.Sequence]; ok {
+			return fmt.Errorf("updaters %s and %s share sequence %d: updaters on a node run one after another", other, u.Name, u.Sequence)
+		}
+		seen[u.Sequence] = u.Name
+	}
+	return nil
+}

@@ -102,3 +102,10 @@ func TestFindOverlaps(t *testing.T) {
 		t.Errorf("message %q must name both pools", msg)
 	}
 }
+
+func TestCheckUpdatersNamesBoth(t *testing.T) {
+	err := CheckUpdaters([]updatev1.Updater{{Name: "os", Sequence: 1}, {Name: "ntp", Sequence: 1}})
+	if err == nil || !strings.Contains(err.Error(), "os and ntp share sequence 1") {
+		t.Errorf("CheckUpdaters() = %v", err)
+	}
+}
