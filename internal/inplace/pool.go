@@ -68,6 +68,9 @@ type NodeView struct {
 	Remediated bool
 	// FailedUpdater, FailedReason: set when UpdateStatus is failed.
 	FailedUpdater, FailedReason string
+	// CordonedByUpdate: the pool cordoned the node for its update (an
+	// operator's own cordon is not marked, and stays).
+	CordonedByUpdate bool
 }
 
 // inFlight: the pool asked the node to update or abort and it has not ended.
@@ -93,9 +96,12 @@ type PoolInput struct {
 
 // PoolDecision is what a pool does next.
 type PoolDecision struct {
-	// Start: nodes to label and set updating. Abort: nodes to set aborting.
-	// Release: done nodes whose phase and label the pool clears.
-	Start, Abort, Release []string
+	// Start: nodes to label, cordon and set updating. Abort: nodes to set
+	// aborting. Release: done nodes whose phase and label the pool clears.
+	// Uncordon: nodes the pool cordoned whose update ended updated or
+	// aborted, or that it releases (a failed node stays cordoned while its
+	// plan runs).
+	Start, Abort, Release, Uncordon []string
 	Status                updatev1.UpdateStatus
 	Reason                string
 	Message               string
@@ -125,6 +131,12 @@ func StepPool(in PoolInput) PoolDecision {
 	d := PoolDecision{Nodes: int32(len(in.Nodes))}
 	nodes := append([]NodeView(nil), in.Nodes...)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for _, n := range nodes {
+		ended := n.UpdateStatus == updatev1.StatusUpdated || n.UpdateStatus == updatev1.StatusAborted
+		if n.CordonedByUpdate && !n.inFlight() && (ended || in.Phase == "") {
+			d.Uncordon = append(d.Uncordon, n.Name)
+		}
+	}
 
 	var inFlight, other, failed int
 	var failure *NodeView

@@ -91,3 +91,29 @@ func TestStepPoolWithoutPlanReleasesEndedNodes(t *testing.T) {
 		t.Errorf("StepPool() = release %v status %q, want [a] and the status kept", d.Release, d.Status)
 	}
 }
+
+func TestStepPoolUncordonsOnlyWhatItCordoned(t *testing.T) {
+	nodes := []NodeView{
+		{Name: "updated", Plan: "p", UpdatePhase: updatev1.PhaseUpdating, UpdateStatus: updatev1.StatusUpdated, AtRevision: true, CordonedByUpdate: true},
+		{Name: "aborted", Plan: "p", UpdatePhase: updatev1.PhaseAborting, UpdateStatus: updatev1.StatusAborted, CordonedByUpdate: true},
+		{Name: "failed", Plan: "p", UpdatePhase: updatev1.PhaseUpdating, UpdateStatus: updatev1.StatusFailed, CordonedByUpdate: true},
+		{Name: "running", Plan: "p", UpdatePhase: updatev1.PhaseUpdating, UpdateStatus: updatev1.StatusUpdating, CordonedByUpdate: true},
+		{Name: "operator", Plan: "p", UpdatePhase: updatev1.PhaseUpdating, UpdateStatus: updatev1.StatusUpdated, AtRevision: true},
+	}
+	tests := []struct {
+		name  string
+		phase updatev1.UpdatePhase
+		want  []string
+	}{
+		{"while the plan runs: updated and aborted nodes; a failed one stays cordoned", updatev1.PhaseUpdating, []string{"aborted", "updated"}},
+		{"released: every ended node it cordoned", "", []string{"aborted", "failed", "updated"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := StepPool(PoolInput{Plan: "p", Phase: tt.phase, Nodes: nodes, Budget: -1})
+			if !reflect.DeepEqual(d.Uncordon, tt.want) {
+				t.Errorf("StepPool().Uncordon = %v, want %v", d.Uncordon, tt.want)
+			}
+		})
+	}
+}

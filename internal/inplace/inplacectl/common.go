@@ -23,6 +23,10 @@ const (
 	// AnnotationRemediatedAt is when a NodeHealthCheck's remediation of
 	// the node ended: a node failed before it is updated again.
 	AnnotationRemediatedAt = "update.drover.io/remediated-at"
+	// AnnotationCordonedBy names the plan for whose update the pool
+	// cordoned the node (spec.unschedulable): only such a cordon is undone
+	// afterwards; an operator's own stays.
+	AnnotationCordonedBy = "update.drover.io/cordoned-by"
 	// LabelAttempt on tasks: the node's attempt they belong to.
 	LabelAttempt = "update.drover.io/attempt"
 )

@@ -213,6 +213,20 @@ func nodes(t *testing.T, pool string, names ...string) {
 	}
 }
 
+// cordon marks a node unschedulable as an operator would.
+func cordon(t *testing.T, name string) {
+	t.Helper()
+	var n fleetv1.FleetNode
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	before := n.DeepCopy()
+	n.Spec.Unschedulable = true
+	if err := env.Client.Patch(context.Background(), &n, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func pool(t *testing.T, name string, strategy updatev1.UpdateStrategy) {
 	t.Helper()
 	p := &updatev1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: updatev1.NodePoolSpec{
@@ -279,6 +293,7 @@ func TestPlanUpdatesPoolsInSequenceWithAnExternalUpdater(t *testing.T) {
 	startManager(t)
 	nodes(t, x+"-cp", x+"-cp-1", x+"-cp-2")
 	nodes(t, x+"-md", x+"-md-1", x+"-md-2", x+"-md-3")
+	cordon(t, x+"-md-3") // by an operator: stays cordoned after the update
 	pool(t, x+"-cp", updatev1.UpdateStrategy{})
 	two := intstr.FromInt32(2)
 	pool(t, x+"-md", updatev1.UpdateStrategy{Type: updatev1.StrategyMaxUnavailable, MaxUnavailable: &two})
@@ -338,6 +353,21 @@ func TestPlanUpdatesPoolsInSequenceWithAnExternalUpdater(t *testing.T) {
 			t.Errorf("node %s not moved to the pool's new revision", n.Name)
 		}
 	}
+	// The update cordoned the nodes and undid only its own cordon.
+	testenv.Eventually(t, waitTimeout, "update cordons undone", func(ctx context.Context) (bool, error) {
+		for _, l := range []string{x + "-cp", x + "-md"} {
+			var ns fleetv1.FleetNodeList
+			if err := env.Client.List(ctx, &ns, client.MatchingLabels{"pool": l}); err != nil {
+				return false, err
+			}
+			for _, n := range ns.Items {
+				if n.Spec.Unschedulable != (n.Name == x+"-md-3") || n.Annotations[inplacectl.AnnotationCordonedBy] != "" {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
 	// The plan released its pools: another plan may run.
 	var pl updatev1.NodePool
 	testenv.Eventually(t, waitTimeout, "pools released", func(ctx context.Context) (bool, error) {
@@ -391,6 +421,12 @@ func TestAbortLeavesEveryNodeUpdatedOrAborted(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPlan(t, x, "two nodes updating", func(p *updatev1.InPlaceUpdatePlan) bool { return p.Status.Nodes.Updating == 2 })
+	// A node in update takes no new tasks.
+	for name, st := range nodeStatuses(t, x) {
+		if n := getNode(t, name); st == "updating" && (!n.Spec.Unschedulable || n.Annotations[inplacectl.AnnotationCordonedBy] != x) {
+			t.Errorf("updating node %s not cordoned by the plan: unschedulable %v, annotations %v", name, n.Spec.Unschedulable, n.Annotations)
+		}
+	}
 	var p updatev1.InPlaceUpdatePlan
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: x}, &p); err != nil {
 		t.Fatal(err)
@@ -406,6 +442,14 @@ func TestAbortLeavesEveryNodeUpdatedOrAborted(t *testing.T) {
 			t.Errorf("node %s ended %q, between states", n, st)
 		}
 	}
+	testenv.Eventually(t, waitTimeout, "cordons undone after the abort", func(ctx context.Context) (bool, error) {
+		for name := range nodeStatuses(t, x) {
+			if getNode(t, name).Spec.Unschedulable {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 func TestPlanValidationNamesTheFields(t *testing.T) {

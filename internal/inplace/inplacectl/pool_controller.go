@@ -161,6 +161,9 @@ func nodeView(n *fleetv1.FleetNode, revision string) inplace.NodeView {
 		AtRevision:   n.Labels[updatev1.LabelPoolRevision] == revision,
 		UpdatePhase:  updatev1.UpdatePhase(n.Spec.UpdatePhase),
 		UpdateStatus: updatev1.UpdateStatus(n.Status.UpdateStatus),
+		// Cordoned by an update and still so: an operator who uncordoned
+		// it meanwhile decided otherwise.
+		CordonedByUpdate: n.Annotations[AnnotationCordonedBy] != "" && n.Spec.Unschedulable,
 	}
 	if c := meta.FindStatusCondition(n.Status.Conditions, updatev1.InPlaceUpdateCondition); c != nil && v.UpdateStatus == updatev1.StatusFailed {
 		v.FailedUpdater, v.FailedReason = n.Annotations[annotationFailedUpdater], c.Message
@@ -201,6 +204,12 @@ func (i *poolImpl) SyncNodes(ctx context.Context, logger logr.Logger) (reconcile
 			n.Annotations[AnnotationTargetRevision] = i.revision
 			n.Annotations[AnnotationAttempt] = strconv.Itoa(attempt + 1)
 			delete(n.Annotations, annotationFailedUpdater)
+			if !n.Spec.Unschedulable {
+				// No new tasks while it updates; an operator's own cordon
+				// is left as it is, and stays after the update.
+				n.Spec.Unschedulable = true
+				n.Annotations[AnnotationCordonedBy] = plan
+			}
 			n.Spec.UpdatePhase = string(updatev1.PhaseUpdating)
 		})
 		if err != nil {
@@ -211,6 +220,15 @@ func (i *poolImpl) SyncNodes(ctx context.Context, logger logr.Logger) (reconcile
 	}
 	for _, name := range d.Abort {
 		if err := patch(name, func(n *fleetv1.FleetNode) { n.Spec.UpdatePhase = string(updatev1.PhaseAborting) }); err != nil {
+			return requeueOnConflict(err)
+		}
+	}
+	for _, name := range d.Uncordon {
+		err := patch(name, func(n *fleetv1.FleetNode) {
+			n.Spec.Unschedulable = false
+			delete(n.Annotations, AnnotationCordonedBy)
+		})
+		if err != nil {
 			return requeueOnConflict(err)
 		}
 	}
