@@ -102,9 +102,9 @@ type PoolDecision struct {
 	// aborted, or that it releases (a failed node stays cordoned while its
 	// plan runs).
 	Start, Abort, Release, Uncordon []string
-	Status                updatev1.UpdateStatus
-	Reason                string
-	Message               string
+	Status                          updatev1.UpdateStatus
+	Reason                          string
+	Message                         string
 	// Blocked is the preflight check's reason ("" when it passed or was
 	// not needed).
 	Blocked                  string
