@@ -10,12 +10,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
+	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
 )
 
 // inplaceKind is one of the in-place update kinds `drover get` lists.
@@ -147,4 +151,75 @@ func conditionReason(conds []metav1.Condition, typ string) string {
 		return c.Reason
 	}
 	return ""
+}
+
+// isPlanKind reports whether arg names InPlaceUpdatePlans (for `drover abort`).
+func isPlanKind(arg string) bool { return inplaceKinds[strings.ToLower(arg)] == kindPlans }
+
+// abortPlan sets a plan's spec.updatePhase to aborting: running nodes abort
+// their updater tasks, and every node ends updated or aborted.
+func abortPlan(ctx context.Context, c client.Client, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p updatev1.InPlaceUpdatePlan
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+			return fmt.Errorf("get plan %s: %w", name, err)
+		}
+		if p.Status.UpdateStatus.Done() {
+			return fmt.Errorf("plan %s has already ended (%s)", name, p.Status.UpdateStatus)
+		}
+		if p.Spec.UpdatePhase == updatev1.PhaseAborting {
+			return nil
+		}
+		p.Spec.UpdatePhase = updatev1.PhaseAborting
+		return c.Update(ctx, &p)
+	})
+}
+
+// newCordonCommand is `drover cordon NODE...` (or uncordon): an operator's
+// cordon, which in-place updates leave as it is.
+func newCordonCommand(g *globalOptions, cordon bool) *cobra.Command {
+	use, short := "cordon NODE...", "Keep new tasks off nodes (spec.unschedulable); running tasks stay"
+	if !cordon {
+		use, short = "uncordon NODE...", "Let new tasks onto nodes again"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return setCordon(cmd.Context(), cmd.OutOrStdout(), c, args, cordon)
+		},
+	}
+}
+
+// setCordon sets spec.unschedulable on nodes. An operator's uncordon of a
+// node an update cordoned also drops the update's mark, so the update does
+// not later undo the operator's decision either way.
+func setCordon(ctx context.Context, w io.Writer, c client.Client, names []string, cordon bool) error {
+	var errs []error
+	for _, name := range names {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var n fleetv1.FleetNode
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+				return fmt.Errorf("get node %s: %w", name, err)
+			}
+			n.Spec.Unschedulable = cordon
+			delete(n.Annotations, inplacectl.AnnotationCordonedBy)
+			return c.Update(ctx, &n)
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		verb := "cordoned"
+		if !cordon {
+			verb = "uncordoned"
+		}
+		fmt.Fprintf(w, "node/%s %s\n", name, verb)
+	}
+	return errors.Join(errs...)
 }
