@@ -22,15 +22,18 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 	var selector, output string
 	var scope namespaceScope
 	cmd := &cobra.Command{
-		Use:   "get nodes|nodeupgradejobs|imageprepulljobs|fleetjobs|taskgroups|tasks [NAME...]",
-		Short: "List fleet nodes, node jobs or robot tasks",
+		Use:   "get nodes|nodeupgradejobs|imageprepulljobs|fleetjobs|taskgroups|tasks|pools|plans|nhc [NAME...]",
+		Short: "List fleet nodes, node jobs, robot tasks or in-place updates",
 		Example: `  drover get nodes
   drover get nodes edge-1 edge-2
   drover get nodes -l site=berlin
   drover get nodeupgradejobs
-  drover get tasks -n robots`,
+  drover get tasks -n robots
+  drover get pools
+  drover get plans
+  drover get nhc`,
 		Args:      cobra.MinimumNArgs(1),
-		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj", "fleetjobs", "taskgroups", "tasks"},
+		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj", "fleetjobs", "taskgroups", "tasks", "pools", "plans", "nodehealthchecks", "nhc"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "wide" {
 				return fmt.Errorf("--output %q: only wide is known", output)
@@ -47,6 +50,9 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 					return fmt.Errorf("--selector %q: %w", selector, err)
 				}
 				return getBatch(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, kind, scope, sel, args[1:], time.Now())
+			}
+			if kind, ok := inplaceKinds[strings.ToLower(args[0])]; ok {
+				return getInPlace(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, kind, args[1:], time.Now())
 			}
 			if k, ok := findJobKind(args[0]); ok {
 				jobs, err := getJobs(cmd.Context(), c, k, args[1:])

@@ -372,10 +372,21 @@ func whoAmI(ctx context.Context, c client.Client) string {
 
 func newAbortCommand(g *globalOptions) *cobra.Command {
 	return &cobra.Command{
-		Use:   "abort nodeupgradejob|imageprepulljob NAME",
-		Short: "Stop a node job: no new nodes start; running ones finish or roll back; the job ends Failure",
+		Use:   "abort nodeupgradejob|imageprepulljob|plan NAME",
+		Short: "Stop a node job (no new nodes start; running ones finish or roll back; the job ends Failure) or an in-place update plan (every node ends updated or aborted)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if isPlanKind(args[0]) {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				if err := abortPlan(cmd.Context(), c, args[1]); err != nil {
+					return err
+				}
+				cmd.Printf("inplaceupdateplan/%s aborting\n", args[1])
+				return nil
+			}
 			k, ok := findJobKind(args[0])
 			if !ok {
 				return fmt.Errorf("unknown kind %q: want nodeupgradejob or imageprepulljob", args[0])

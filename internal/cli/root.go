@@ -67,6 +67,8 @@ func NewRootCommand() *cobra.Command {
 		newLogsCommand(g),
 		newConfirmCommand(g),
 		newAbortCommand(g),
+		newCordonCommand(g, true),
+		newCordonCommand(g, false),
 		newTokenCommand(g),
 		newCACommand(g),
 		newMQTTCommand(g),

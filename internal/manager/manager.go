@@ -10,7 +10,9 @@ import (
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/fleetnode/fleetnodectl"
+	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobctl"
 	"github.com/drover-fleet/drover/internal/task/taskctl"
 	"github.com/drover-fleet/drover/internal/tenancy/tenancyadmit"
@@ -29,6 +31,9 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	if err := batchv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := updatev1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
@@ -71,6 +76,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Parts, error) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up FleetNode controller: %w", err)
 	}
+	if err := setupInPlace(mgr); err != nil {
+		return nil, err
+	}
 	if opts.Tasks {
 		if err := taskctl.Setup(mgr, taskctl.Options{}); err != nil {
 			return nil, err
@@ -91,4 +99,23 @@ func Setup(mgr ctrl.Manager, opts Options) (*Parts, error) {
 		return nil, fmt.Errorf("set up ImagePrePullJob controller: %w", err)
 	}
 	return p, nil
+}
+
+// setupInPlace registers the in-place update controllers (update.drover.io):
+// plans, pools, the FleetNode update controller and health checks.
+func setupInPlace(mgr ctrl.Manager) error {
+	o := inplacectl.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("drover-manager")}
+	if err := (&inplacectl.PlanReconciler{Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up InPlaceUpdatePlan controller: %w", err)
+	}
+	if err := (&inplacectl.PoolReconciler{Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up NodePool controller: %w", err)
+	}
+	if err := (&inplacectl.NodeReconciler{Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up FleetNode in-place update controller: %w", err)
+	}
+	if err := (&inplacectl.HealthCheckReconciler{Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up NodeHealthCheck controller: %w", err)
+	}
+	return nil
 }

@@ -58,6 +58,12 @@ type FleetNodeSpec struct {
 	// approvedLabels.
 	// +optional
 	ApprovedCapacity corev1.ResourceList `json:"approvedCapacity,omitempty"`
+
+	// updatePhase is set by the pool running an in-place update on the
+	// node (update.drover.io): updating, or aborting to stop it.
+	// +optional
+	// +kubebuilder:validation:Enum=updating;aborting
+	UpdatePhase string `json:"updatePhase,omitempty"`
 }
 
 // FleetNodeStatus is what the node and its hub report.
@@ -146,6 +152,17 @@ type FleetNodeStatus struct {
 	// observedGeneration is the spec generation the hub last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// updateStatus is the node's in-place update, aggregated from its
+	// updater tasks: updating, updated, aborting, aborted or failed.
+	// +optional
+	// +kubebuilder:validation:Enum=updating;updated;aborting;aborted;failed
+	UpdateStatus string `json:"updateStatus,omitempty"`
+
+	// updateStartTime is when the node's current in-place update started:
+	// health checks time it out (NodeHealthCheck inPlaceUpdateTimeout).
+	// +optional
+	UpdateStartTime *metav1.Time `json:"updateStartTime,omitempty"`
 }
 
 // NodeCertificate is a client certificate a hub signed for a node.
@@ -173,6 +190,7 @@ type NodeCertificate struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`
 // +kubebuilder:printcolumn:name="OS",type=string,JSONPath=`.status.os`,priority=1
 // +kubebuilder:printcolumn:name="Arch",type=string,JSONPath=`.status.arch`
+// +kubebuilder:printcolumn:name="Update",type=string,JSONPath=`.status.updateStatus`,priority=1
 // +kubebuilder:printcolumn:name="Last-Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FleetNode struct {

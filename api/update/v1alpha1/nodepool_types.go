@@ -1,0 +1,148 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// StrategyType is how a pool picks nodes to update.
+//
+// +kubebuilder:validation:Enum=OneAtATime;MaxUnavailable
+type StrategyType string
+
+const (
+	// StrategyOneAtATime updates one node at a time after a preflight
+	// check (as KubeadmControlPlane).
+	StrategyOneAtATime StrategyType = "OneAtATime"
+	// StrategyMaxUnavailable updates up to maxUnavailable nodes at once
+	// (as MachineDeployment).
+	StrategyMaxUnavailable StrategyType = "MaxUnavailable"
+)
+
+// UpdateStrategy says how a pool's nodes are updated.
+//
+// +kubebuilder:validation:XValidation:rule="self.type == 'MaxUnavailable' || !has(self.maxUnavailable)",message="strategy.maxUnavailable is allowed only with type MaxUnavailable"
+type UpdateStrategy struct {
+	// type is OneAtATime (default) or MaxUnavailable.
+	// +kubebuilder:default=OneAtATime
+	// +optional
+	Type StrategyType `json:"type,omitempty"`
+	// maxUnavailable is how many nodes (or what percentage, rounded down,
+	// at least 1) may update at once. Default 1.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// ConfigFile is a configuration file an updater writes on the node.
+type ConfigFile struct {
+	// path is the absolute path of the file on the node.
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	Path string `json:"path"`
+	// content of the file.
+	// +kubebuilder:validation:MaxLength=65536
+	Content string `json:"content"`
+}
+
+// NodeTemplate is the desired state of a pool's nodes: the fields updaters
+// own. Empty fields are not managed.
+type NodeTemplate struct {
+	// agentVersion is the drover-agent version (selectResource NodeSpec).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// osImage is the node's OS image (selectResource NodeImage).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	OSImage string `json:"osImage,omitempty"`
+	// files are configuration files (selectResource Configuration).
+	// +optional
+	// +listType=map
+	// +listMapKey=path
+	// +kubebuilder:validation:MaxItems=32
+	Files []ConfigFile `json:"files,omitempty"`
+}
+
+// NodePoolSpec is what operators want of a pool.
+type NodePoolSpec struct {
+	// selector picks the pool's FleetNodes. A node belongs to at most one
+	// pool: a pool overlapping another is refused (condition Ready False,
+	// reason OverlappingPools, naming both).
+	Selector metav1.LabelSelector `json:"selector"`
+	// strategy says how nodes are picked for an update.
+	// +optional
+	Strategy UpdateStrategy `json:"strategy,omitempty"`
+	// template is the desired state of the pool's nodes.
+	// +optional
+	Template NodeTemplate `json:"template,omitempty"`
+	// updatePhase is set by the plan running on the pool.
+	// +optional
+	UpdatePhase UpdatePhase `json:"updatePhase,omitempty"`
+}
+
+// NodePoolStatus is what the pool controller observed.
+type NodePoolStatus struct {
+	// updateStatus aggregates the pool's nodes in the running plan.
+	// +optional
+	UpdateStatus UpdateStatus `json:"updateStatus,omitempty"`
+	// nodes is how many FleetNodes the selector picks.
+	// +optional
+	Nodes int32 `json:"nodes"`
+	// updatedNodes are at updateRevision.
+	// +optional
+	UpdatedNodes int32 `json:"updatedNodes"`
+	// updatingNodes are being updated or aborted.
+	// +optional
+	UpdatingNodes int32 `json:"updatingNodes"`
+	// currentRevision is the template revision the pool's nodes were last
+	// all at; updateRevision the one being rolled out.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CurrentRevision string `json:"currentRevision,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	UpdateRevision string `json:"updateRevision,omitempty"`
+	// conditions: InPlaceUpdate, PreflightBlocked.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the generation last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// NodePool is a set of FleetNodes updated together (Cluster API's
+// KubeadmControlPlane and MachineDeployment).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=np;pool,categories=drover
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy.type`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedNodes`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.spec.updatePhase`
+// +kubebuilder:printcolumn:name="Update",type=string,JSONPath=`.status.updateStatus`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="InPlaceUpdate")].reason`
+// +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.metadata.labels.update\.drover\.io/update-task-name`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec NodePoolSpec `json:"spec"`
+	// +optional
+	Status NodePoolStatus `json:"status,omitempty"`
+}
+
+// NodePoolList is a list of NodePools.
+//
+// +kubebuilder:object:root=true
+type NodePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodePool `json:"items"`
+}

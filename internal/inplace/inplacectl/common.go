@@ -1,0 +1,80 @@
+package inplacectl
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/drover-fleet/drover/internal/clock"
+	"github.com/drover-fleet/drover/pkg/ctrlkit"
+)
+
+// Annotations the controllers keep on FleetNodes.
+const (
+	// AnnotationTargetRevision is the pool revision a node is being
+	// updated to; it becomes its pool-revision label once updated.
+	AnnotationTargetRevision = "update.drover.io/target-revision"
+	// AnnotationAttempt counts a node's update runs in a plan: a re-run
+	// after remediation makes new tasks.
+	AnnotationAttempt = "update.drover.io/attempt"
+	// AnnotationRemediatedAt is when a NodeHealthCheck's remediation of
+	// the node ended: a node failed before it is updated again.
+	AnnotationRemediatedAt = "update.drover.io/remediated-at"
+	// AnnotationCordonedBy names the plan for whose update the pool
+	// cordoned the node (spec.unschedulable): only such a cordon is undone
+	// afterwards; an operator's own stays.
+	AnnotationCordonedBy = "update.drover.io/cordoned-by"
+	// LabelAttempt on tasks: the node's attempt they belong to.
+	LabelAttempt = "update.drover.io/attempt"
+)
+
+// Options are what every in-place update controller shares.
+type Options struct {
+	Client client.Client
+	// APIReader reads around the cache where a stale object would undo
+	// work (a plan that already ended must not start again); nil means
+	// Client.
+	APIReader client.Reader
+	// Recorder records Events; nil records none.
+	Recorder events.EventRecorder
+	// Clock is the time source; nil = the wall clock.
+	Clock clock.Clock
+	// Observer, if set, sees every action of the workflows.
+	Observer ctrlkit.Observer
+	// AbortTimeout bounds a node's wait for its tasks to abort; 0 means
+	// inplace.DefaultAbortTimeout.
+	AbortTimeout time.Duration
+}
+
+func (o Options) now() time.Time { return clock.Or(o.Clock).Now() }
+
+func (o Options) event(obj client.Object, typ, reason, note string) {
+	if o.Recorder != nil {
+		o.Recorder.Eventf(obj, nil, typ, reason, "InPlaceUpdate", "%s", note)
+	}
+}
+
+// setCondition sets a condition and reports whether it changed.
+func setCondition(conds *[]metav1.Condition, typ string, status metav1.ConditionStatus, reason, msg string, gen int64) bool {
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	return meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+func boolStatus(b bool) metav1.ConditionStatus {
+	if b {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+func (o Options) reader() client.Reader {
+	if o.APIReader != nil {
+		return o.APIReader
+	}
+	return o.Client
+}
