@@ -145,7 +145,19 @@ func (w *groupRun) createMembers(ctx context.Context) (reconcile.Result, error) 
 	}
 	for _, inst := range w.want {
 		s := w.step(inst)
-		for _, name := range slices.Sorted(maps.Keys(s.create)) {
+		// Gated tasks first: when the scheduler sees the instance's first
+		// runnable task, it sees the rest of the instance too, and so
+		// reserves room for all of it.
+		names := slices.SortedFunc(maps.Keys(s.create), func(a, b string) int {
+			if s.create[a] != s.create[b] {
+				if s.create[a] {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a, b)
+		})
+		for _, name := range names {
 			t, err := newMember(g, inst, defs[name], s.create[name], w.r.Client.Scheme())
 			if err != nil {
 				return ctrlkit.RequeueIfErrorAndWrap("owner reference", err)
