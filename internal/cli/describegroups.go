@@ -89,6 +89,12 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 			if d := g.Spec.ActiveDeadlineSeconds; d != nil {
 				p(tw, "Active Deadline", fmt.Sprintf("%ds, until %s", *d, g.CreationTimestamp.Add(time.Duration(*d)*time.Second).UTC().Format(time.RFC3339)))
 			}
+			if len(g.Spec.Tasks) > 0 {
+				describeGroupTasks(tw, &g, p)
+				counts(tw, g.Status.Phase, g.Status.Counts, g.Status.Conditions)
+				tw.(*tabwriter.Writer).Flush()
+				return
+			}
 			p(tw, "Command", quoteArgv(g.Spec.Template.Spec.Command))
 			if g.Spec.Template.Spec.NodeSelector != nil {
 				p(tw, "Node Selector", metav1.FormatLabelSelector(g.Spec.Template.Spec.NodeSelector))
@@ -169,4 +175,19 @@ func clipText(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// describeGroupTasks shows a multi-task group's tasks, in order, with
+// their progress over the instances (counts then count instances).
+func describeGroupTasks(tw io.Writer, g *batchv1.TaskGroup, p func(io.Writer, string, string)) {
+	p(tw, "Tasks", fmt.Sprintf("%s ended (init, main and sidecar tasks over all instances; each instance on one node)", orNone(g.Status.TaskProgress)))
+	byName := map[string]batchv1.GroupTaskStatus{}
+	for _, s := range g.Status.Tasks {
+		byName[s.Name] = s
+	}
+	for _, d := range g.Spec.Tasks {
+		s := byName[d.Name]
+		p(tw, "  "+d.Name, fmt.Sprintf("%s: %s; waiting %d, active %d, completed %d, failed %d, stopped %d",
+			d.Role(), quoteArgv(d.Spec.Command), s.Waiting, s.Active, s.Completed, s.Failed, s.Stopped))
+	}
 }

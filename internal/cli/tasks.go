@@ -144,11 +144,14 @@ func printBatch(w io.Writer, kind string, objs []client.Object, withNS bool, now
 			fmt.Fprintf(tw, "%s%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", ns(o), j.Name, orNone(string(j.Status.Phase)), j.Status.Desired, c.Total, c.Pending, active(c), c.Completed, c.Failed, age(o))
 		}
 	case "TaskGroup":
-		fmt.Fprintln(tw, head+"NAME\tPHASE\tDESIRED\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tAGE")
+		// TASKS is a multi-task group's ended/all tasks over its instances
+		// (<none> for a group of single tasks, whose counts say it all).
+		fmt.Fprintln(tw, head+"NAME\tPHASE\tDESIRED\tTASKS\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tAGE")
 		for _, o := range objs {
 			g := o.(*batchv1.TaskGroup)
 			c := g.Status.Counts
-			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", ns(o), g.Name, orNone(string(g.Status.Phase)), desired(g.Spec.PerNode, g.Spec.Count, g.Status.Desired), c.Pending, active(c), c.Completed, c.Failed, age(o))
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", ns(o), g.Name, orNone(string(g.Status.Phase)), desired(g.Spec.PerNode, g.Spec.Count, g.Status.Desired),
+				orNone(g.Status.TaskProgress), c.Pending, active(c), c.Completed, c.Failed, age(o))
 		}
 	case "Task":
 		fmt.Fprintln(tw, head+"NAME\tSTATE\tNODE\tATTEMPT\tEXIT\tREASON\tAGE")

@@ -63,6 +63,11 @@ type Task struct {
 	// (tenancy.Policy.For). TaskFrom leaves it granting nothing: a task
 	// whose caller does not set it fits nowhere (fail closed).
 	Access tenancy.Access
+	// Unit are the other tasks that will run on the same node (an
+	// instance of a multi-task group): a node is eligible only if each of
+	// their nodeSelectors, nodeNames and NodeGrants allows it too. What
+	// they hold is in Resources already (see Reservation).
+	Unit []Task
 }
 
 // Preference is a soft affinity term: Weight for the nodes Selector matches.
@@ -327,6 +332,16 @@ func (n *node) staticReason(t Task, anywhere bool) string {
 		return ReasonDisconnected
 	case t.Selector != nil && !t.Selector.Matches(labels.Set(n.Labels)):
 		return ReasonSelector
+	}
+	for _, u := range t.Unit {
+		switch {
+		case u.NodeName != "" && u.NodeName != n.Name:
+			return ReasonNodeName
+		case u.Access.Check(u.Work) != nil || !u.Access.Allows(u.Work, n.Labels):
+			return ReasonNotGranted
+		case u.Selector != nil && !u.Selector.Matches(labels.Set(n.Labels)):
+			return ReasonSelector
+		}
 	}
 	return ""
 }

@@ -229,6 +229,14 @@ type TaskSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	PreferredNodes []PreferredNodeTerm `json:"preferredNodes,omitempty"`
+	// schedulingGates keep the task Pending and unplaced while any is
+	// listed, as a Pod's do; each is removed by whoever set it. A
+	// multi-task group sets WaitingForInit on the tasks that wait for an
+	// init task, and removes it when their turn comes.
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=63
+	// +optional
+	SchedulingGates []string `json:"schedulingGates,omitempty"`
 	// priority orders scheduling: higher first, then older first.
 	// +optional
 	Priority int32 `json:"priority,omitempty"`

@@ -492,3 +492,73 @@ func TestPerNodeOrCount(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiTaskGroupValidation: spec.tasks is an alternative to
+// spec.template, with at least one Main, and refused in a FleetJob's
+// groups with an error that says so. The CRDs (with tasks' bounds) were
+// installed by TestMain, so their CEL cost fits the apiserver's budget.
+func TestMultiTaskGroupValidation(t *testing.T) {
+	ctx := context.Background()
+	spec := batchv1.TaskSpec{Command: []string{"true"}}
+	group := func(name string, mutate func(*batchv1.TaskGroupSpec)) *batchv1.TaskGroup {
+		g := &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: batchv1.TaskGroupSpec{Count: 1, Tasks: []batchv1.GroupTask{
+				{Name: "setup", Lifecycle: batchv1.LifecycleInit, Spec: spec},
+				{Name: "work", Spec: spec},
+				{Name: "log", Lifecycle: batchv1.LifecycleSidecar, Spec: spec},
+			}}}
+		if mutate != nil {
+			mutate(&g.Spec)
+		}
+		return g
+	}
+	tests := []struct {
+		name    string
+		group   *batchv1.TaskGroup
+		wantErr string
+	}{
+		{"init, main and sidecar", group("mt-ok", nil), ""},
+		{"both template and tasks", group("mt-both", func(s *batchv1.TaskGroupSpec) {
+			s.Template = batchv1.TaskTemplate{Spec: spec}
+		}), "exactly one of spec.template"},
+		{"neither template nor tasks", group("mt-neither", func(s *batchv1.TaskGroupSpec) { s.Tasks = nil }), "exactly one of spec.template"},
+		{"no main", group("mt-nomain", func(s *batchv1.TaskGroupSpec) { s.Tasks = s.Tasks[:1] }), "at least one task with lifecycle Main"},
+		{"unknown lifecycle", group("mt-life", func(s *batchv1.TaskGroupSpec) { s.Tasks[1].Lifecycle = "Prestart" }), "lifecycle"},
+		{"duplicate names", group("mt-dup", func(s *batchv1.TaskGroupSpec) { s.Tasks[2].Name = "work" }), "Duplicate value"},
+		{"too many tasks", group("mt-many", func(s *batchv1.TaskGroupSpec) {
+			for i := range batchv1.MaxGroupTasks {
+				s.Tasks = append(s.Tasks, batchv1.GroupTask{Name: fmt.Sprintf("m%d", i), Spec: spec})
+			}
+		}), "spec.tasks"},
+		{"a typo in a task's resources names the task", group("mt-res", func(s *batchv1.TaskGroupSpec) {
+			s.Tasks[1].Spec.Resources = corev1.ResourceList{"memroy": resource.MustParse("1Gi")}
+		}), "spec.tasks[work].spec.resources[memroy]"},
+		{"long names", &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("g", 200), Namespace: "default"},
+			Spec: batchv1.TaskGroupSpec{Count: 1, Tasks: []batchv1.GroupTask{{Name: strings.Repeat("t", 60), Spec: spec}}}},
+			"shorten them to 242 together"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, tt.group)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Create = %v, want it accepted", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Create = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	var got batchv1.TaskGroup
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "mt-ok"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if role := got.Spec.Tasks[1].Lifecycle; role != batchv1.LifecycleMain {
+		t.Errorf("defaulted lifecycle = %q, want Main", role)
+	}
+	job := &batchv1.FleetJob{ObjectMeta: metav1.ObjectMeta{Name: "mt-job", Namespace: "default"},
+		Spec: batchv1.FleetJobSpec{TaskGroups: []batchv1.TaskGroupTemplate{{Name: "a", Count: 1,
+			Template: batchv1.TaskTemplate{Spec: spec}, Tasks: []runtime.RawExtension{{Raw: []byte(`{"name":"x"}`)}}}}}}
+	if err := env.Client.Create(ctx, job); err == nil || !strings.Contains(err.Error(), "not supported in a FleetJob yet") {
+		t.Errorf("a FleetJob group with tasks: %v; want a refusal that says it is not supported", err)
+	}
+}

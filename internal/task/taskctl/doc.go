@@ -60,6 +60,13 @@
 // drover_scheduler_not_granted_tasks and
 // drover_scheduler_loop_duration_seconds.
 //
+// A multi-task group (spec.tasks) has instances of several tasks: the
+// controller makes an instance's Tasks at once, gated (spec.schedulingGates)
+// behind its inits, and steps them with the pure stepInstance (sequence.go);
+// the scheduler places an instance as one unit holding its reservation
+// (instances.go, scheduler.Reservation). Events: InitFailed and
+// SidecarStopped on the group.
+//
 // A deleted job's groups and a deleted group's tasks are deleted by these
 // controllers as well as by the garbage collector, so that they go even
 // where none runs.

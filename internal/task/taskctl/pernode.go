@@ -37,16 +37,23 @@ type nodeSet struct {
 // perNodeSet reads the nodes for group g.
 func perNodeSet(ctx context.Context, c client.Client, g *batchv1.TaskGroup) (nodeSet, error) {
 	set := nodeSet{matching: map[string]bool{}}
-	spec := &g.Spec.Template.Spec
-	sel := labels.Everything()
-	if spec.NodeSelector != nil {
-		s, err := metav1.LabelSelectorAsSelector(spec.NodeSelector)
-		if err != nil {
-			// The scheduler says so on such tasks; here none match.
-			log.FromContext(ctx).Info("perNode group's nodeSelector does not parse: no node matches", "error", err.Error())
-			return set, nil
+	// A multi-task group's instance runs on one node: the node must suit
+	// every task of it.
+	specs := specsOf(g)
+	sels := make([]labels.Selector, len(specs))
+	works := make([]tenancy.Work, len(specs))
+	for i, spec := range specs {
+		sels[i] = labels.Everything()
+		works[i] = scheduler.WorkOf(&batchv1.Task{Spec: *spec})
+		if spec.NodeSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(spec.NodeSelector)
+			if err != nil {
+				// The scheduler says so on such tasks; here none match.
+				log.FromContext(ctx).Info("perNode group's nodeSelector does not parse: no node matches", "error", err.Error())
+				return set, nil
+			}
+			sels[i] = s
 		}
-		sel = s
 	}
 	var grants fleetv1.NodeGrantList
 	if err := c.List(ctx, &grants, client.UnsafeDisableDeepCopy); err != nil {
@@ -59,15 +66,18 @@ func perNodeSet(ctx context.Context, c client.Client, g *batchv1.TaskGroup) (nod
 		return set, fmt.Errorf("get Namespace %s: %w", g.Namespace, err)
 	}
 	access := policy.For(g.Namespace, ns.Labels)
-	work := scheduler.WorkOf(&batchv1.Task{Spec: *spec})
 	var nodes fleetv1.FleetNodeList
 	if err := c.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return set, fmt.Errorf("list FleetNodes: %w", err)
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if n.DeletionTimestamp != nil || spec.NodeName != "" && spec.NodeName != n.Name ||
-			!sel.Matches(labels.Set(n.Labels)) || !access.Allows(work, n.Labels) {
+		suits := n.DeletionTimestamp == nil
+		for i, spec := range specs {
+			suits = suits && (spec.NodeName == "" || spec.NodeName == n.Name) &&
+				sels[i].Matches(labels.Set(n.Labels)) && access.Allows(works[i], n.Labels)
+		}
+		if !suits {
 			continue
 		}
 		set.matching[n.Name] = true

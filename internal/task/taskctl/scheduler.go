@@ -118,6 +118,8 @@ type decision struct {
 	// reason of a task left Pending when it is not Unschedulable or
 	// NotGranted: InsufficientNodes, InvalidResources.
 	reason string
+	// instance of a multi-task group's task, "" for a single task.
+	instance string
 }
 
 // Reconcile runs one scheduling loop.
@@ -143,16 +145,45 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 	seen := make(map[types.UID]bool, len(tasks.Items))
 	var due []decision
 	var wake time.Time // earliest backoff end among tasks not due yet
+	units := instances{}
 	for i := range tasks.Items {
 		t := &tasks.Items[i]
 		seen[t.UID] = true
 		st, selErr := scheduler.TaskFrom(t)
+		inst := instanceOf(t)
 		if a, ok := s.assumed[t.UID]; ok {
 			if pendingState(t.Status.State) && t.Status.Attempt <= a.attempt && t.ResourceVersion != a.resourceVersion {
-				cluster.Hold(a.task, a.node) // our write is not in the cache yet
+				// Our write is not in the cache yet.
+				if inst != "" {
+					units.add(inst, t, st, a.node)
+				} else {
+					cluster.Hold(a.task, a.node)
+				}
 				continue
 			}
 			delete(s.assumed, t.UID)
+		}
+		if inst != "" {
+			// The instance holds its room as a whole (units.hold).
+			units.add(inst, t, st, "")
+			if t.DeletionTimestamp == nil && pendingState(t.Status.State) && len(t.Spec.SchedulingGates) == 0 {
+				if next := t.Status.NextAttemptTime; next != nil && next.After(now) {
+					if wake.IsZero() || next.Time.Before(wake) {
+						wake = next.Time
+					}
+					continue
+				}
+				d := decision{task: t, st: st, instance: inst}
+				if selErr != nil {
+					d.message = selErr.Error()
+					d.st.Key = ""
+					if errors.Is(selErr, scheduler.ErrInvalidResources) {
+						d.reason = batchv1.ReasonInvalidResources
+					}
+				}
+				due = append(due, d)
+			}
+			continue
 		}
 		if t.DeletionTimestamp != nil {
 			// Never placed again, but its process may run until its hub
@@ -189,6 +220,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 		}
 	}
 	s.mu.Unlock()
+	units.hold(cluster)
 	schedulerPending.Set(float64(len(due)))
 
 	policy, err := s.policy(ctx)
@@ -213,7 +245,14 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 	notGranted := 0
 	for _, st := range order {
 		d := byKey[st.Key]
+		if d.instance != "" {
+			st = units.unitTask(d.instance, st)
+			d.st = st
+		}
 		r := cluster.Place(st)
+		if d.instance != "" && r.Node != "" {
+			units.placed(d.instance, r.Node)
+		}
 		d.node, d.message, d.denied = r.Node, r.Message, r.Denied != nil
 		if r.Node == "" && r.Denied == nil && r.InsufficientNodes {
 			d.reason = batchv1.ReasonInsufficientNodes

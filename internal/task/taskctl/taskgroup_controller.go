@@ -190,9 +190,9 @@ func (w *groupRun) deadline(ctx context.Context) (reconcile.Result, error) {
 	// A group whose tasks all ended in time (reconciled late) ends as they
 	// did; only one with work left is cut short (a perNode group that no
 	// node ever matched has all its work left).
-	done := len(w.terminating) == 0 && (len(w.want) > 0 || !g.Spec.PerNode)
+	done := (len(w.terminating) == 0 || multi(g)) && (len(w.want) > 0 || !g.Spec.PerNode)
 	for _, k := range w.want {
-		if t := w.mine[k]; t == nil || !t.Status.State.Final() {
+		if !w.instanceDone(k) {
 			done = false
 		}
 	}
@@ -233,12 +233,22 @@ func (w *groupRun) keyOf(t *batchv1.Task) (string, bool) {
 	if g == nil {
 		return "", false
 	}
+	var key string
+	var ok bool
 	if g.Spec.PerNode {
-		n := t.Spec.NodeName
-		return n, n != "" && (w.keepNodes || w.nodeSet.matching[n])
+		key = t.Spec.NodeName
+		ok = key != "" && (w.keepNodes || w.nodeSet.matching[key])
+	} else {
+		idx, err := strconv.Atoi(t.Labels[batchv1.LabelIndex])
+		key, ok = strconv.Itoa(idx), err == nil && idx >= 0 && idx < int(g.Spec.Count)
 	}
-	idx, err := strconv.Atoi(t.Labels[batchv1.LabelIndex])
-	return strconv.Itoa(idx), err == nil && idx >= 0 && idx < int(g.Spec.Count)
+	if multi(g) {
+		return memberKeyOf(g, t, key, ok)
+	}
+	if t.Labels[batchv1.LabelInstance] != "" {
+		return key, false // made when the group had spec.tasks
+	}
+	return key, ok
 }
 
 func (w *groupRun) loadTasks(ctx context.Context) (reconcile.Result, error) {
@@ -293,10 +303,10 @@ func (w *groupRun) wanted() []string {
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(w.mine)) {
-		add(n)
+		add(instanceKey(n))
 	}
 	for _, n := range slices.Sorted(maps.Keys(w.terminating)) {
-		add(n)
+		add(instanceKey(n))
 	}
 	if !w.keepNodes {
 		for _, n := range w.nodeSet.joinable {
@@ -336,6 +346,9 @@ func (w *groupRun) createMissing(ctx context.Context) (reconcile.Result, error) 
 	g := w.group
 	if w.expired {
 		return ctrlkit.NoRequeue()
+	}
+	if multi(g) {
+		return w.createMembers(ctx)
 	}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(8)
@@ -410,7 +423,15 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 		return ctrlkit.NoRequeue()
 	}
 	var c batchv1.TaskCounts
+	var memberTasks []batchv1.GroupTaskStatus
+	var progress, failReason, failMsg string
+	if multi(g) {
+		memberTasks, progress, failReason, failMsg = w.memberStatus(&c)
+	}
 	for _, k := range w.want {
+		if multi(g) {
+			break
+		}
 		t := w.mine[k]
 		switch {
 		case w.expired && (t == nil || !t.Status.State.Final()):
@@ -422,6 +443,7 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	}
 	before := g.Status.DeepCopy()
 	st := &g.Status
+	st.Tasks, st.TaskProgress = memberTasks, progress
 	desired := int32(len(w.want))
 	st.Counts = c
 	st.Desired = desired
@@ -430,6 +452,11 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	complete := completeCondition(st.Phase, c, desired, g.Generation)
 	if g.Spec.PerNode && desired == 0 {
 		complete.Message = "no node matches yet: one task is made for each Online node that matches the template's nodeSelector and a NodeGrant of the namespace allows (perNode)"
+	}
+	if st.Phase == batchv1.GroupFailed && failReason != "" {
+		// Why the first failed instance failed: InitFailed names its init.
+		complete.Reason = failReason
+		complete.Message = failMsg + "; " + complete.Message
 	}
 	if w.expired {
 		st.Phase = batchv1.GroupFailed

@@ -121,6 +121,13 @@ func taskSpecs(kind string, raw []byte) ([]located, error) {
 		if err := json.Unmarshal(raw, &g); err != nil {
 			return nil, fmt.Errorf("decode TaskGroup: %w", err)
 		}
+		if len(g.Spec.Tasks) > 0 {
+			out := make([]located, len(g.Spec.Tasks))
+			for i := range g.Spec.Tasks {
+				out[i] = located{fmt.Sprintf("spec.tasks[%s].spec", g.Spec.Tasks[i].Name), &g.Spec.Tasks[i].Spec}
+			}
+			return out, nil
+		}
 		return []located{{"spec.template.spec", &g.Spec.Template.Spec}}, nil
 	case "FleetJob":
 		var j batchv1.FleetJob

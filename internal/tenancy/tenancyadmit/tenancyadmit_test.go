@@ -220,6 +220,13 @@ func TestAdmission(t *testing.T) {
 		}
 		refused(t, group("office", "office-1"), `spec.template.spec: node "office-1" is not granted`, `NodeGrant "team-a-lab"`)
 		create(t, group("lab", "lab-1"))
+		// Each of a multi-task group's tasks is checked, by name.
+		multi := &batchv1.TaskGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "multi"}, Spec: batchv1.TaskGroupSpec{Count: 1,
+			Tasks: []batchv1.GroupTask{
+				{Name: "main", Spec: batchv1.TaskSpec{Command: []string{"true"}, NodeName: "lab-1"}},
+				{Name: "side", Lifecycle: batchv1.LifecycleSidecar, Spec: batchv1.TaskSpec{Command: []string{"true"}, NodeName: "office-1"}},
+			}}}
+		refused(t, multi, `spec.tasks[side].spec: node "office-1" is not granted`)
 	})
 	t.Run("FleetJob", func(t *testing.T) {
 		job := func(name string, buildUser int64) *batchv1.FleetJob {
@@ -280,7 +287,7 @@ func TestAdmission(t *testing.T) {
 	for _, c := range []struct {
 		kind, result string
 		min          float64
-	}{{"Task", "denied", 7}, {"Task", "allowed", 7}, {"TaskGroup", "denied", 1}, {"TaskGroup", "allowed", 1},
+	}{{"Task", "denied", 7}, {"Task", "allowed", 7}, {"TaskGroup", "denied", 2}, {"TaskGroup", "allowed", 1},
 		{"FleetJob", "denied", 2}, {"FleetJob", "allowed", 1}} {
 		if got := w.count(c.kind, c.result); got < c.min {
 			t.Errorf("drover_tenancy_admission_total{kind=%q,result=%q} = %v, want at least %v", c.kind, c.result, got, c.min)
