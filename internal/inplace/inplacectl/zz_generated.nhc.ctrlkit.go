@@ -146,9 +146,9 @@ func (r *HealthCheckManagerReconciler) Reconcile(ctx context.Context, req reconc
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get NodeHealthCheck "+req.NamespacedName.String(), err)
 	}
-	// The state loaders get their own copy, so that actions changing the
-	// target in memory do not change what the loaders select.
-	m := NewHealthCheckManager(NewHealthCheckManagerState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+	// No state is declared, so nothing selects by the target: no copy of
+	// it (a large object copied once per reconcile is not free).
+	m := NewHealthCheckManager(NewHealthCheckManagerState(r.Client, &target), r.NewImpl(r.Client, &target), r.Hooks)
 	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})

@@ -137,9 +137,9 @@ func (r *NodeUpdateManagerReconciler) Reconcile(ctx context.Context, req reconci
 		}
 		return ctrlkit.RequeueIfErrorAndWrap("get FleetNode "+req.NamespacedName.String(), err)
 	}
-	// The state loaders get their own copy, so that actions changing the
-	// target in memory do not change what the loaders select.
-	m := NewNodeUpdateManager(NewNodeUpdateManagerState(r.Client, target.DeepCopy()), r.NewImpl(r.Client, &target), r.Hooks)
+	// No state is declared, so nothing selects by the target: no copy of
+	// it (a large object copied once per reconcile is not free).
+	m := NewNodeUpdateManager(NewNodeUpdateManagerState(r.Client, &target), r.NewImpl(r.Client, &target), r.Hooks)
 	wf := ctrlkit.Optimize(r.Workflow(m, &target))
 	if r.Observer != nil {
 		wf = ctrlkit.Instrument(wf, ctrlkit.InstrumentOptions{Observer: r.Observer})
