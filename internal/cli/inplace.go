@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -222,4 +225,241 @@ func setCordon(ctx context.Context, w io.Writer, c client.Client, names []string
 		fmt.Fprintf(w, "node/%s %s\n", name, verb)
 	}
 	return errors.Join(errs...)
+}
+
+// describePlan prints a plan as the tree it runs: pool sequence → pool →
+// node → updater task, each with its status and why, so an operator sees
+// where a plan stands and what holds it without reading four kinds of
+// object by hand.
+func describePlan(ctx context.Context, w io.Writer, c client.Reader, name string, now time.Time) error {
+	var p updatev1.InPlaceUpdatePlan
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		return fmt.Errorf("get plan %s: %w", name, err)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Name:\t%s\n", p.Name)
+	fmt.Fprintf(tw, "Phase:\t%s\n", orNone(string(p.Spec.UpdatePhase)))
+	status := orNone(string(p.Status.UpdateStatus))
+	if p.Status.CurrentSequence > 0 && !p.Status.UpdateStatus.Done() {
+		status += fmt.Sprintf(" (sequence %d)", p.Status.CurrentSequence)
+	}
+	fmt.Fprintf(tw, "Status:\t%s\n", status)
+	n := p.Status.Nodes
+	fmt.Fprintf(tw, "Nodes:\t%d total, %d updating, %d updated, %d aborting, %d aborted, %d failed\n",
+		n.Total, n.Updating, n.Updated, n.Aborting, n.Aborted, n.Failed)
+	if p.Spec.MaxInFlight > 0 {
+		fmt.Fprintf(tw, "Max in flight:\t%d\n", p.Spec.MaxInFlight)
+	}
+	fmt.Fprintf(tw, "Age:\t%s\n", duration.HumanDuration(now.Sub(p.CreationTimestamp.Time)))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	updaters := slicesSortedUpdaters(p.Spec.Updaters)
+	fmt.Fprintln(w, "Updaters (run on each node in this order):")
+	for _, u := range updaters {
+		ref := u.UpdaterUpdateTemplateRef
+		where := ref.Name
+		if ref.Namespace != "" {
+			where = ref.Namespace + "/" + ref.Name
+		}
+		fmt.Fprintf(w, "  %d  %s  tasks of kind %s from %s %s, owns %d path(s)\n", u.Sequence, u.Name,
+			inplacectl.TaskGVK(ref).Kind, ref.Kind, where, len(u.Responsibilities))
+	}
+	if len(p.Status.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:")
+		ctw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(ctw, "  TYPE\tSTATUS\tREASON\tMESSAGE")
+		for _, cond := range p.Status.Conditions {
+			fmt.Fprintf(ctw, "  %s\t%s\t%s\t%s\n", cond.Type, cond.Status, orNone(cond.Reason), cond.Message)
+		}
+		if err := ctw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	// Updater tasks of this plan, by node and updater: one list per
+	// updater kind, not one per node.
+	tasks := map[string]map[string]*unstructured.Unstructured{}
+	var missing []string
+	for _, u := range updaters {
+		gvk := inplacectl.TaskGVK(u.UpdaterUpdateTemplateRef)
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		opts := []client.ListOption{client.MatchingLabels{updatev1.LabelUpdateTaskName: p.Name, updatev1.LabelUpdater: u.Name}}
+		if ns := u.UpdaterUpdateTemplateRef.Namespace; ns != "" {
+			opts = append(opts, client.InNamespace(ns))
+		}
+		if err := c.List(ctx, l, opts...); err != nil {
+			missing = append(missing, fmt.Sprintf("%s: %v", gvk.Kind, err))
+			continue
+		}
+		for i := range l.Items {
+			t := &l.Items[i]
+			node := t.GetLabels()[updatev1.LabelNode]
+			if tasks[node] == nil {
+				tasks[node] = map[string]*unstructured.Unstructured{}
+			}
+			// A node updated again (after a remediation) has a task per
+			// attempt: show the newest.
+			if old := tasks[node][u.Name]; old == nil || old.GetCreationTimestamp().Time.Before(t.GetCreationTimestamp().Time) {
+				tasks[node][u.Name] = t
+			}
+		}
+	}
+
+	poolStatus := map[string]updatev1.PoolUpdate{}
+	for _, ps := range p.Status.Pools {
+		poolStatus[ps.Name] = ps
+	}
+	pools := slices.Clone(p.Spec.Pools)
+	sort.SliceStable(pools, func(i, j int) bool {
+		if pools[i].Sequence != pools[j].Sequence {
+			return pools[i].Sequence < pools[j].Sequence
+		}
+		return pools[i].Name < pools[j].Name
+	})
+	var nodes fleetv1.FleetNodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	fmt.Fprintln(w, "Progress:")
+	for i, pl := range pools {
+		if i == 0 || pools[i-1].Sequence != pl.Sequence {
+			fmt.Fprintf(w, "  sequence %d\n", pl.Sequence)
+		}
+		ps := poolStatus[pl.Name]
+		line := fmt.Sprintf("    pool %s: %s", pl.Name, orWaiting(string(ps.UpdateStatus)))
+		if ps.Nodes > 0 {
+			line += fmt.Sprintf(", %d/%d nodes updated", ps.UpdatedNodes, ps.Nodes)
+		}
+		var pool updatev1.NodePool
+		if err := c.Get(ctx, client.ObjectKey{Name: pl.Name}, &pool); err != nil {
+			fmt.Fprintf(w, "%s (pool: %v)\n", line, err)
+			continue
+		}
+		if cond := meta.FindStatusCondition(pool.Status.Conditions, updatev1.PreflightBlockedCondition); cond != nil && cond.Status == metav1.ConditionTrue {
+			line += fmt.Sprintf(" [PreflightBlocked: %s: %s]", cond.Reason, cond.Message)
+		}
+		fmt.Fprintln(w, line)
+		sel, err := metav1.LabelSelectorAsSelector(&pool.Spec.Selector)
+		if err != nil {
+			fmt.Fprintf(w, "      (selector: %v)\n", err)
+			continue
+		}
+		for _, node := range nodes.Items {
+			if !sel.Matches(labels.Set(node.Labels)) && node.Labels[updatev1.LabelPool] != pool.Name {
+				continue
+			}
+			st := "pending"
+			if node.Labels[updatev1.LabelUpdateTaskName] == p.Name && node.Status.UpdateStatus != "" {
+				st = node.Status.UpdateStatus
+			}
+			nline := fmt.Sprintf("      node %s: %s", node.Name, st)
+			if cond := meta.FindStatusCondition(node.Status.Conditions, updatev1.InPlaceUpdateCondition); cond != nil && cond.Status != metav1.ConditionTrue && st != "pending" {
+				nline += fmt.Sprintf(" (%s: %s)", cond.Reason, cond.Message)
+			}
+			if node.Spec.Unschedulable {
+				nline += ", cordoned"
+			}
+			fmt.Fprintln(w, nline)
+			for _, u := range updaters {
+				t := tasks[node.Name][u.Name]
+				if t == nil {
+					continue
+				}
+				tst, _, _ := unstructured.NestedString(t.Object, "status", "updateStatus")
+				tline := fmt.Sprintf("        %s %s/%s: %s", u.Name, t.GetKind(), t.GetName(), orWaiting(tst))
+				if why := lastConditionWhy(t); why != "" {
+					tline += " (" + why + ")"
+				}
+				fmt.Fprintln(w, tline)
+			}
+		}
+	}
+	if len(p.Status.Failures) > 0 {
+		fmt.Fprintln(w, "Failures:")
+		for _, f := range p.Status.Failures {
+			fmt.Fprintf(w, "  node %s, updater %s: %s: %s\n", f.Node, orNone(f.Updater), orNone(f.Reason), f.Message)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("could not list updater tasks (%s)", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+func slicesSortedUpdaters(us []updatev1.Updater) []updatev1.Updater {
+	out := slices.Clone(us)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Sequence < out[j].Sequence })
+	return out
+}
+
+func orWaiting(s string) string {
+	if s == "" {
+		return "waiting"
+	}
+	return s
+}
+
+// lastConditionWhy is "Reason: message" of a task's most recently changed
+// condition that is not True: the contract's tasks explain themselves
+// with condition reasons.
+func lastConditionWhy(t *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(t.Object, "status", "conditions")
+	var why, at string
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["status"] == "True" {
+			continue
+		}
+		ts, _ := m["lastTransitionTime"].(string)
+		if why != "" && ts < at {
+			continue
+		}
+		reason, _ := m["reason"].(string)
+		msg, _ := m["message"].(string)
+		why, at = strings.TrimSuffix(reason+": "+msg, ": "), ts
+	}
+	return why
+}
+
+// watchPlan follows a plan until it ends: a live bar on a terminal, else a
+// line whenever its state changes. A plan that ends failed or aborted is
+// an error, so scripts can stop on it.
+func watchPlan(ctx context.Context, out io.Writer, c client.Reader, name string, interval time.Duration, live *liveBar) error {
+	last := ""
+	for {
+		var p updatev1.InPlaceUpdatePlan
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+			return fmt.Errorf("get plan %s: %w", name, err)
+		}
+		n := p.Status.Nodes
+		ended := n.Updated + n.Aborted + n.Failed
+		status := fmt.Sprintf("%s (sequence %d): %d updated, %d updating, %d aborting, %d aborted, %d failed",
+			orWaiting(string(p.Status.UpdateStatus)), p.Status.CurrentSequence, n.Updated, n.Updating, n.Aborting, n.Aborted, n.Failed)
+		if live != nil {
+			live.setCounts(int64(n.Total), int64(ended), status)
+			if p.Status.UpdateStatus.Done() {
+				live.stop()
+			}
+		} else if status != last {
+			fmt.Fprintf(out, "%s %s %d/%d nodes ended, %s\n", time.Now().Format("15:04:05"), name, ended, n.Total, status)
+			last = status
+		}
+		if p.Status.UpdateStatus.Done() {
+			for _, f := range p.Status.Failures {
+				fmt.Fprintf(out, "  node %s, updater %s: %s: %s\n", f.Node, orNone(f.Updater), orNone(f.Reason), f.Message)
+			}
+			if p.Status.UpdateStatus != updatev1.StatusUpdated {
+				return fmt.Errorf("plan %s ended %s", name, p.Status.UpdateStatus)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped watching plan %s while %s: %w", name, orWaiting(string(p.Status.UpdateStatus)), ctx.Err())
+		case <-time.After(interval):
+		}
+	}
 }

@@ -200,10 +200,17 @@ func actionLine(a opsv1.ActionStatus) string {
 func newDescribeCommand(g *globalOptions) *cobra.Command {
 	var namespace string
 	cmd := &cobra.Command{
-		Use:   "describe nodeupgradejob|imageprepulljob|fleetjob|taskgroup|task NAME",
-		Short: "Show a node job with every node's detail, a fleet job or task group with its tasks, or a task with its attempts and output",
+		Use:   "describe nodeupgradejob|imageprepulljob|fleetjob|taskgroup|task|plan NAME",
+		Short: "Show a node job with every node's detail, a fleet job or task group with its tasks, a task with its attempts and output, or an in-place update plan as a tree (sequence, pool, node, updater task)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if isPlanKind(args[0]) {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				return describePlan(cmd.Context(), cmd.OutOrStdout(), c, args[1], time.Now())
+			}
 			switch kind := batchKinds[strings.ToLower(args[0])]; kind {
 			case "Task":
 				return describeTaskCommand(cmd, g, g.namespace(namespace), args[1])
@@ -216,7 +223,7 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 			}
 			k, ok := findJobKind(args[0])
 			if !ok {
-				return fmt.Errorf("unknown kind %q: want nodeupgradejob, imageprepulljob, fleetjob, taskgroup or task", args[0])
+				return fmt.Errorf("unknown kind %q: want nodeupgradejob, imageprepulljob, fleetjob, taskgroup, task or plan", args[0])
 			}
 			c, err := g.client()
 			if err != nil {
@@ -236,13 +243,14 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 func newWatchCommand(g *globalOptions) *cobra.Command {
 	var interval, timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "watch nodeupgradejob|imageprepulljob NAME",
-		Short: "Follow a node job's progress until it is Completed or Failure",
+		Use:   "watch nodeupgradejob|imageprepulljob|plan NAME",
+		Short: "Follow a node job until it is Completed or Failure, or an in-place update plan until it ends",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, ok := findJobKind(args[0])
-			if !ok {
-				return fmt.Errorf("unknown kind %q: want nodeupgradejob or imageprepulljob", args[0])
+			plan := isPlanKind(args[0])
+			if !ok && !plan {
+				return fmt.Errorf("unknown kind %q: want nodeupgradejob, imageprepulljob or plan", args[0])
 			}
 			c, err := g.client()
 			if err != nil {
@@ -255,6 +263,14 @@ func newWatchCommand(g *globalOptions) *cobra.Command {
 				defer cancel()
 			}
 			out := cmd.OutOrStdout()
+			if plan {
+				var live *liveBar
+				if isTerminal(out) {
+					live = newLiveBar(ctx, out, args[1], 0)
+					defer live.stop()
+				}
+				return watchPlan(ctx, out, c, args[1], interval, live)
+			}
 			last := ""
 			var live *liveBar
 			if isTerminal(out) {

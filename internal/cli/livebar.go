@@ -50,17 +50,23 @@ func newLiveBar(ctx context.Context, out io.Writer, name string, width int) *liv
 // set shows st: done nodes out of the total, and the counts by phase.
 func (l *liveBar) set(st *opsv1.NodeJobStatus) {
 	c := st.Counts
+	l.setCounts(int64(c.Total), int64(c.Successful+c.Failure+c.Unknown),
+		fmt.Sprintf("%s: %d ok, %d failed, %d unknown, %d running", orNone(string(st.Phase)), c.Successful, c.Failure, c.Unknown, c.InProgress))
+}
+
+// setCounts shows done nodes out of total, and status after the bar.
+func (l *liveBar) setCounts(total, done int64, status string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.finished || c.Total == 0 {
+	if l.finished || total == 0 {
 		return
 	}
 	l.statusMu.Lock()
-	l.status = fmt.Sprintf("%s: %d ok, %d failed, %d unknown, %d running", orNone(string(st.Phase)), c.Successful, c.Failure, c.Unknown, c.InProgress)
+	l.status = status
 	l.statusMu.Unlock()
-	l.done = int64(c.Successful + c.Failure + c.Unknown)
-	if l.b == nil || int64(c.Total) != l.total {
-		l.total = int64(c.Total)
+	l.done = done
+	if l.b == nil || total != l.total {
+		l.total = total
 		if l.b == nil {
 			l.b = l.p.AddBar(l.total,
 				mpb.PrependDecorators(decor.Name(l.name+" "), decor.CountersNoUnit("%d/%d nodes ")),
