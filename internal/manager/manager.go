@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
@@ -104,7 +105,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Parts, error) {
 // setupInPlace registers the in-place update controllers (update.drover.io):
 // plans, pools, the FleetNode update controller and health checks.
 func setupInPlace(mgr ctrl.Manager) error {
-	o := inplacectl.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("drover-manager")}
+	o := inplacectl.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("drover-manager"),
+		Metrics: inplacectl.NewMetrics(metrics.Registry)}
 	if err := (&inplacectl.PlanReconciler{Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up InPlaceUpdatePlan controller: %w", err)
 	}

@@ -40,6 +40,8 @@ type Options struct {
 	APIReader client.Reader
 	// Recorder records Events; nil records none.
 	Recorder events.EventRecorder
+	// Metrics counts ends of updates and remediations; nil counts none.
+	Metrics *Metrics
 	// Clock is the time source; nil = the wall clock.
 	Clock clock.Clock
 	// Observer, if set, sees every action of the workflows.

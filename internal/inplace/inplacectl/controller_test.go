@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,9 +160,9 @@ func (e *externalUpdater) Reconcile(ctx context.Context, req reconcile.Request) 
 	return reconcile.Result{}, nil
 }
 
-// startManager runs Drover's three controllers and the external updater
-// until the test ends.
-func startManager(t *testing.T) {
+// startManager runs Drover's controllers and the external updater until
+// the test ends; their metrics go to the registry it returns.
+func startManager(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -169,7 +170,9 @@ func startManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := inplacectl.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("test"), AbortTimeout: 20 * time.Second}
+	reg := prometheus.NewRegistry()
+	opts := inplacectl.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("test"), AbortTimeout: 20 * time.Second,
+		Metrics: inplacectl.NewMetrics(reg)}
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&inplacectl.PlanReconciler{Options: opts}, &inplacectl.PoolReconciler{Options: opts}, &inplacectl.NodeReconciler{Options: opts},
 		&inplacectl.HealthCheckReconciler{Options: opts},
@@ -193,6 +196,33 @@ func startManager(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	})
+	return reg
+}
+
+// metricValue is the value of the series of name whose label has value
+// (a counter's value, or a histogram's sample count); -1 if there is none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					if h := m.GetHistogram(); h != nil {
+						return float64(h.GetSampleCount())
+					}
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // nodes creates Ready FleetNodes labelled pool=<pool>.
@@ -382,7 +412,7 @@ func TestUpdaterFailureFailsThePlanNamingNodeUpdaterAndReason(t *testing.T) {
 	testenv.Require(t, env)
 	installUpdaterCRDs(t)
 	x := uniq("fail")
-	startManager(t)
+	reg := startManager(t)
 	nodes(t, x, x+"-1", x+"-2", x+"-3")
 	pool(t, x, updatev1.UpdateStrategy{})
 	ref := template(t, x+"-files", map[string]any{"failNodes": []any{x + "-1"}})
@@ -404,6 +434,20 @@ func TestUpdaterFailureFailsThePlanNamingNodeUpdaterAndReason(t *testing.T) {
 	// first node, so the others never started.
 	if got := nodeStatuses(t, x); got[x+"-2"] != "" || got[x+"-3"] != "" || got[x+"-1"] != "failed" {
 		t.Errorf("node statuses = %v, want fail-1 failed and the rest not started", got)
+	}
+	for _, m := range []struct {
+		name, label, value string
+		want               float64
+	}{
+		{"drover_inplace_plans_total", "result", "failed", 1},
+		{"drover_inplace_plans_total", "result", "updated", 0},
+		{"drover_inplace_node_updates_total", "result", "failed", 1},
+		{"drover_inplace_node_updates_total", "result", "updated", 0},
+		{"drover_inplace_node_update_duration_seconds", "result", "failed", 1},
+	} {
+		if got := metricValue(t, reg, m.name, m.label, m.value); got != m.want {
+			t.Errorf("%s{%s=%q} = %v, want %v", m.name, m.label, m.value, got, m.want)
+		}
 	}
 }
 

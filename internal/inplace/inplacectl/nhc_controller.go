@@ -168,8 +168,9 @@ func (i *nhcImpl) Remediate(ctx context.Context, logger logr.Logger) (reconcile.
 		if v.Healthy || n.Annotations[AnnotationRemediation] != "" {
 			continue
 		}
-		what := string(rem.Action)
+		what, action := string(rem.Action), string(rem.Action)
 		if rem.TemplateRef != nil {
+			action = "External"
 			if err := i.createRemediation(ctx, n, *rem.TemplateRef); err != nil {
 				return ctrlkit.RequeueIfErrorAndWrap("remediate node "+n.Name, err)
 			}
@@ -184,6 +185,7 @@ func (i *nhcImpl) Remediate(ctx context.Context, logger logr.Logger) (reconcile.
 			return requeueOnConflict(err)
 		}
 		logger.Info("remediation requested", "FleetNode", n.Name, "remediation", what, "reason", v.Reason)
+		i.Metrics.remediated(action)
 		i.event(n, corev1.EventTypeWarning, "RemediationRequested", fmt.Sprintf("health check %s: %s (%s): %s", i.nhc.Name, what, v.Reason, v.Message))
 	}
 	return ctrlkit.NoRequeue()

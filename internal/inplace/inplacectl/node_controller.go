@@ -331,6 +331,13 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 			typ = corev1.EventTypeWarning
 		}
 		i.event(n, typ, d.Reason, d.Message)
+		if d.Status.Done() {
+			var took time.Duration
+			if n.Status.UpdateStartTime != nil {
+				took = i.now().Sub(n.Status.UpdateStartTime.Time)
+			}
+			i.Metrics.nodeEnded(d.Status, took)
+		}
 	}
 	if d.Status.Done() {
 		return ctrlkit.NoRequeue()

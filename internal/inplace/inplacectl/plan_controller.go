@@ -299,6 +299,9 @@ func (i *planImpl) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.R
 			typ, msg = corev1.EventTypeWarning, "plan failed: "+d.Failure
 		}
 		i.event(i.plan, typ, upper(string(st.UpdateStatus)), msg)
+		if st.UpdateStatus.Done() {
+			i.Metrics.planEnded(st.UpdateStatus)
+		}
 	}
 	return ctrlkit.RequeueAfter(d.RequeueAfter)
 }
