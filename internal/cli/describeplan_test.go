@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/manager"
@@ -172,5 +174,63 @@ func TestWatchPlan(t *testing.T) {
 	r := &stepReader{Reader: c, states: []updatev1.InPlaceUpdatePlanStatus{updating}}
 	if err := watchPlan(ctx, &bytes.Buffer{}, r, "p1", time.Hour, nil); err == nil || !errors.Is(err, context.Canceled) {
 		t.Errorf("watch with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// listHook runs after each List, to change the world between two looks.
+type listHook struct {
+	client.Client
+	after func(n int)
+	lists int
+}
+
+func (h *listHook) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	err := h.Client.List(ctx, l, opts...)
+	h.lists++
+	h.after(h.lists)
+	return err
+}
+
+func TestWaitDrained(t *testing.T) {
+	ctx := context.Background()
+	task := func(ns, name, node string, state batchv1.TaskState) *batchv1.Task {
+		return &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: batchv1.TaskStatus{NodeName: node, State: state}}
+	}
+	c := fake.NewClientBuilder().WithScheme(manager.Scheme()).WithStatusSubresource(&batchv1.Task{}).WithObjects(
+		task("a", "scan", "n1", batchv1.TaskRunning), task("b", "map", "n1", batchv1.TaskRunning),
+		task("a", "done", "n1", batchv1.TaskCompleted), task("a", "elsewhere", "n9", batchv1.TaskRunning)).Build()
+	finish := func(ns, name string) {
+		var tk batchv1.Task
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &tk); err != nil {
+			t.Fatal(err)
+		}
+		tk.Status.State = batchv1.TaskCompleted
+		if err := c.Status().Update(ctx, &tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &listHook{Client: c, after: func(n int) {
+		switch n {
+		case 1:
+			finish("b", "map")
+		case 2:
+			finish("a", "scan")
+		}
+	}}
+	var out bytes.Buffer
+	if err := waitDrained(ctx, &out, h, []string{"n1"}, time.Millisecond); err != nil {
+		t.Fatalf("waitDrained = %v", err)
+	}
+	want := "waiting for 2 task(s): a/scan on n1, b/map on n1\nwaiting for 1 task(s): a/scan on n1\nnode/n1 drained\n"
+	if out.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+
+	// A task that never ends: the wait ends at its deadline, naming it.
+	tctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err := waitDrained(tctx, &bytes.Buffer{}, c, []string{"n9"}, time.Hour)
+	if err == nil || !strings.Contains(err.Error(), "a/elsewhere on n9") || !errors.Is(err, context.Canceled) {
+		t.Errorf("waitDrained past its deadline = %v, want the running task named", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
@@ -459,6 +460,75 @@ func watchPlan(ctx context.Context, out io.Writer, c client.Reader, name string,
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("stopped watching plan %s while %s: %w", name, orWaiting(string(p.Status.UpdateStatus)), ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+func newDrainCommand(g *globalOptions) *cobra.Command {
+	var timeout, interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "drain NODE...",
+		Short: "Cordon nodes, then wait until no task runs on them (the tasks finish; none is stopped)",
+		Long: "drain cordons the nodes (spec.unschedulable), then waits until every Task whose current attempt is on them has ended.\n" +
+			"Running tasks are not stopped or moved: a task that must go sooner is deleted by its owner.\n" +
+			"On --timeout it exits non-zero naming the tasks still running; the nodes stay cordoned.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if err := setCordon(ctx, cmd.OutOrStdout(), c, args, true); err != nil {
+				return err
+			}
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			return waitDrained(ctx, cmd.OutOrStdout(), c, args, interval)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long (0 = never); the nodes stay cordoned")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often to look")
+	return cmd
+}
+
+// waitDrained waits until no unfinished Task has its current attempt on
+// one of nodes, printing what it waits for whenever that changes.
+func waitDrained(ctx context.Context, w io.Writer, c client.Reader, nodes []string, interval time.Duration) error {
+	on := map[string]bool{}
+	for _, n := range nodes {
+		on[n] = true
+	}
+	last := ""
+	for {
+		var l batchv1.TaskList
+		if err := c.List(ctx, &l); err != nil {
+			return fmt.Errorf("list tasks (drain needs to list Tasks in every namespace): %w", err)
+		}
+		var running []string
+		for _, t := range l.Items {
+			if on[t.Status.NodeName] && !t.Status.State.Final() && t.DeletionTimestamp == nil {
+				running = append(running, fmt.Sprintf("%s/%s on %s", t.Namespace, t.Name, t.Status.NodeName))
+			}
+		}
+		sort.Strings(running)
+		if len(running) == 0 {
+			for _, n := range nodes {
+				fmt.Fprintf(w, "node/%s drained\n", n)
+			}
+			return nil
+		}
+		if now := strings.Join(running, ", "); now != last {
+			fmt.Fprintf(w, "waiting for %d task(s): %s\n", len(running), now)
+			last = now
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nodes not drained, %d task(s) still running (%s); the nodes stay cordoned: %w", len(running), strings.Join(running, ", "), ctx.Err())
 		case <-time.After(interval):
 		}
 	}

@@ -69,6 +69,7 @@ func NewRootCommand() *cobra.Command {
 		newAbortCommand(g),
 		newCordonCommand(g, true),
 		newCordonCommand(g, false),
+		newDrainCommand(g),
 		newTokenCommand(g),
 		newCACommand(g),
 		newMQTTCommand(g),
