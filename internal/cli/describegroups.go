@@ -30,9 +30,9 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 		status func(tw io.Writer)
 	)
 	p := func(tw io.Writer, k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
-	counts := func(tw io.Writer, phase batchv1.GroupPhase, c batchv1.TaskCounts, conds []metav1.Condition) {
+	counts := func(tw io.Writer, unit string, phase batchv1.GroupPhase, c batchv1.TaskCounts, conds []metav1.Condition) {
 		p(tw, "Phase", orNone(string(phase)))
-		p(tw, "Tasks", fmt.Sprintf("%d total: %d pending, %d active (%d scheduled, %d dispatching, %d running), %d completed, %d failed",
+		p(tw, unit, fmt.Sprintf("%d total: %d pending, %d active (%d scheduled, %d dispatching, %d running), %d completed, %d failed",
 			c.Total, c.Pending, active(c), c.Scheduled, c.Dispatching, c.Running, c.Completed, c.Failed))
 		for _, cd := range conds {
 			p(tw, "Condition "+cd.Type, fmt.Sprintf("%s (%s) %s", cd.Status, cd.Reason, cd.Message))
@@ -58,7 +58,7 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 			if d := j.Spec.ActiveDeadlineSeconds; d != nil {
 				p(tw, "Active Deadline", fmt.Sprintf("%ds for each group", *d))
 			}
-			counts(tw, j.Status.Phase, j.Status.Counts, j.Status.Conditions)
+			counts(tw, "Tasks", j.Status.Phase, j.Status.Counts, j.Status.Conditions)
 			tw.(*tabwriter.Writer).Flush()
 			fmt.Fprintln(w, "Groups:")
 			gw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
@@ -91,7 +91,7 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 			}
 			if len(g.Spec.Tasks) > 0 {
 				describeGroupTasks(tw, &g, p)
-				counts(tw, g.Status.Phase, g.Status.Counts, g.Status.Conditions)
+				counts(tw, "Instances", g.Status.Phase, g.Status.Counts, g.Status.Conditions)
 				tw.(*tabwriter.Writer).Flush()
 				return
 			}
@@ -102,7 +102,7 @@ func describeGroupOrJob(ctx context.Context, w io.Writer, c client.Client, kind,
 			if m := g.Spec.Template.Spec.MaxPerNode; m != nil {
 				p(tw, "Max Per Node", fmt.Sprint(*m))
 			}
-			counts(tw, g.Status.Phase, g.Status.Counts, g.Status.Conditions)
+			counts(tw, "Tasks", g.Status.Phase, g.Status.Counts, g.Status.Conditions)
 			tw.(*tabwriter.Writer).Flush()
 		}
 	default:

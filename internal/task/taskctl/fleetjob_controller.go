@@ -278,7 +278,7 @@ func (w *jobRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	}
 	st.ObservedGeneration = job.Generation
 	now := clock.Or(w.r.Clock).Now()
-	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation), now)
+	setPhaseConditions(&st.Conditions, st.Phase, completeCondition(st.Phase, total, want, job.Generation, "tasks"), now)
 	refusedMsg := w.refusedMessage()
 	newRefusal := setCreateFailed(&st.Conditions, refusedMsg, job.Generation, now)
 	if equality.Semantic.DeepEqual(before, st) {

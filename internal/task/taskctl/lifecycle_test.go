@@ -224,12 +224,12 @@ func TestCountedState(t *testing.T) {
 func TestPhaseConditions(t *testing.T) {
 	var conds []metav1.Condition
 	c := batchv1.TaskCounts{Total: 2, Running: 1, Pending: 1, Active: 1}
-	setPhaseConditions(&conds, batchv1.GroupRunning, completeCondition(batchv1.GroupRunning, c, 2, 1), time.Now())
+	setPhaseConditions(&conds, batchv1.GroupRunning, completeCondition(batchv1.GroupRunning, c, 2, 1, "tasks"), time.Now())
 	if meta.FindStatusCondition(conds, ConditionFailed) != nil {
 		t.Errorf("a running group has a Failed condition: %+v", conds)
 	}
 	c = batchv1.TaskCounts{Total: 2, Completed: 1, Failed: 1}
-	setPhaseConditions(&conds, batchv1.GroupFailed, completeCondition(batchv1.GroupFailed, c, 2, 1), time.Now())
+	setPhaseConditions(&conds, batchv1.GroupFailed, completeCondition(batchv1.GroupFailed, c, 2, 1, "tasks"), time.Now())
 	if f := meta.FindStatusCondition(conds, ConditionFailed); f == nil || f.Status != metav1.ConditionTrue || f.Reason != ReasonTasksFailed || f.Message != "1/2 tasks failed, 1 completed" {
 		t.Errorf("Failed condition = %+v", f)
 	}
@@ -238,7 +238,7 @@ func TestPhaseConditions(t *testing.T) {
 	}
 	// Scaled up afterwards: no longer Failed.
 	c = batchv1.TaskCounts{Total: 3, Completed: 1, Failed: 1, Pending: 1}
-	setPhaseConditions(&conds, batchv1.GroupRunning, completeCondition(batchv1.GroupRunning, c, 3, 2), time.Now())
+	setPhaseConditions(&conds, batchv1.GroupRunning, completeCondition(batchv1.GroupRunning, c, 3, 2, "tasks"), time.Now())
 	if f := meta.FindStatusCondition(conds, ConditionFailed); f == nil || f.Status != metav1.ConditionFalse || f.Reason != string(batchv1.GroupRunning) {
 		t.Errorf("Failed condition after a scale-up = %+v", f)
 	}

@@ -13,6 +13,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
+	"github.com/drover-fleet/drover/internal/task/taskctl"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
 
@@ -79,6 +80,10 @@ func TestMultiTaskGroupInitThenMainAndSidecar(t *testing.T) {
 	got := waitGroup(t, ns, "robot", "Completed", func(g *batchv1.TaskGroup) bool { return g.Status.Phase == batchv1.GroupCompleted })
 	if got.Status.TaskProgress != "3/3" || got.Status.Counts.Completed != 1 || got.Status.Desired != 1 {
 		t.Errorf("status = progress %s, counts %+v, desired %d; want 3/3, 1 instance completed", got.Status.TaskProgress, got.Status.Counts, got.Status.Desired)
+	}
+	// The counts count instances, and the condition says so.
+	if c := meta.FindStatusCondition(got.Status.Conditions, taskctl.ConditionComplete); c == nil || c.Message != "1/1 instances completed" {
+		t.Errorf("Complete condition = %+v, want message %q", c, "1/1 instances completed")
 	}
 	want := []batchv1.GroupTaskStatus{
 		{Name: "setup", Lifecycle: batchv1.LifecycleInit, Completed: 1},

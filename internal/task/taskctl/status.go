@@ -159,18 +159,19 @@ func phaseOf(c batchv1.TaskCounts, want int32, prev batchv1.GroupPhase, waitForS
 	return batchv1.GroupPending
 }
 
-// completeCondition is the Complete condition for phase and counts.
-func completeCondition(phase batchv1.GroupPhase, c batchv1.TaskCounts, want int32, generation int64) metav1.Condition {
+// completeCondition is the Complete condition for phase and counts; unit
+// is what the counts count ("tasks", or "instances" of a multi-task group).
+func completeCondition(phase batchv1.GroupPhase, c batchv1.TaskCounts, want int32, generation int64, unit string) metav1.Condition {
 	cond := metav1.Condition{Type: ConditionComplete, Status: metav1.ConditionFalse, Reason: string(phase), ObservedGeneration: generation}
 	switch phase {
 	case batchv1.GroupCompleted:
 		cond.Status = metav1.ConditionTrue
-		cond.Message = fmt.Sprintf("%d/%d tasks completed", c.Completed, want)
+		cond.Message = fmt.Sprintf("%d/%d %s completed", c.Completed, want, unit)
 	case batchv1.GroupFailed:
 		cond.Reason = ReasonTasksFailed
-		cond.Message = fmt.Sprintf("%d/%d tasks failed, %d completed", c.Failed, want, c.Completed)
+		cond.Message = fmt.Sprintf("%d/%d %s failed, %d completed", c.Failed, want, unit, c.Completed)
 	default:
-		cond.Message = fmt.Sprintf("%d/%d tasks completed, %d running, %d failed, %d pending", c.Completed, want, c.Running+c.Dispatching+c.Scheduled, c.Failed, want-c.Completed-c.Failed-c.Running-c.Dispatching-c.Scheduled)
+		cond.Message = fmt.Sprintf("%d/%d %s completed, %d running, %d failed, %d pending", c.Completed, want, unit, c.Running+c.Dispatching+c.Scheduled, c.Failed, want-c.Completed-c.Failed-c.Running-c.Dispatching-c.Scheduled)
 	}
 	return cond
 }

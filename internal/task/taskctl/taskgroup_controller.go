@@ -449,7 +449,11 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	st.Desired = desired
 	st.Phase = phaseOf(c, desired, before.Phase, g.Spec.PerNode)
 	st.ObservedGeneration = g.Generation
-	complete := completeCondition(st.Phase, c, desired, g.Generation)
+	unit := "tasks"
+	if len(g.Spec.Tasks) > 0 {
+		unit = "instances"
+	}
+	complete := completeCondition(st.Phase, c, desired, g.Generation, unit)
 	if g.Spec.PerNode && desired == 0 {
 		complete.Message = "no node matches yet: one task is made for each Online node that matches the template's nodeSelector and a NodeGrant of the namespace allows (perNode)"
 	}
@@ -460,7 +464,7 @@ func (w *groupRun) updateStatus(ctx context.Context) (reconcile.Result, error) {
 	}
 	if w.expired {
 		st.Phase = batchv1.GroupFailed
-		complete = completeCondition(st.Phase, c, desired, g.Generation)
+		complete = completeCondition(st.Phase, c, desired, g.Generation, unit)
 		complete.Reason = batchv1.ReasonDeadlineExceeded
 		complete.Message = fmt.Sprintf("active for more than activeDeadlineSeconds (%ds): %d unfinished tasks stopped; %s",
 			*g.Spec.ActiveDeadlineSeconds, w.stopped, complete.Message)
