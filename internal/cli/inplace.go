@@ -330,7 +330,17 @@ func describePlan(ctx context.Context, w io.Writer, c client.Reader, name string
 			fmt.Fprintf(w, "  sequence %d\n", pl.Sequence)
 		}
 		ps := poolStatus[pl.Name]
-		line := fmt.Sprintf("    pool %s: %s", pl.Name, orWaiting(string(ps.UpdateStatus)))
+		pst := string(ps.UpdateStatus)
+		switch {
+		case pst != "":
+		case ps.Nodes > 0 && ps.UpdatedNodes == ps.Nodes:
+			// A plan that ended no longer marks its pools: the counts
+			// it kept say how the pool ended.
+			pst = string(updatev1.StatusUpdated)
+		case p.Status.UpdateStatus.Done():
+			pst = "not updated"
+		}
+		line := fmt.Sprintf("    pool %s: %s", pl.Name, orWaiting(pst))
 		if ps.Nodes > 0 {
 			line += fmt.Sprintf(", %d/%d nodes updated", ps.UpdatedNodes, ps.Nodes)
 		}
@@ -355,6 +365,12 @@ func describePlan(ctx context.Context, w io.Writer, c client.Reader, name string
 			st := "pending"
 			if node.Labels[updatev1.LabelUpdateTaskName] == p.Name && node.Status.UpdateStatus != "" {
 				st = node.Status.UpdateStatus
+			} else if fromTasks := nodeStatusFromTasks(tasks[node.Name], updaters); fromTasks != "" {
+				// The plan has let go of the node (it ended, or moved
+				// on): its tasks still say how it went.
+				st = fromTasks
+			} else if p.Status.UpdateStatus.Done() {
+				st = "not updated"
 			}
 			nline := fmt.Sprintf("      node %s: %s", node.Name, st)
 			if cond := meta.FindStatusCondition(node.Status.Conditions, updatev1.InPlaceUpdateCondition); cond != nil && cond.Status != metav1.ConditionTrue && st != "pending" {
@@ -388,6 +404,33 @@ func describePlan(ctx context.Context, w io.Writer, c client.Reader, name string
 		return fmt.Errorf("could not list updater tasks (%s)", strings.Join(missing, "; "))
 	}
 	return nil
+}
+
+// nodeStatusFromTasks is a node's result in a plan read from its updater
+// tasks: failed or aborted if one is, updated if every updater's is,
+// updating if any exists; "" without tasks.
+func nodeStatusFromTasks(byUpdater map[string]*unstructured.Unstructured, updaters []updatev1.Updater) string {
+	if len(byUpdater) == 0 {
+		return ""
+	}
+	updated := 0
+	for _, u := range updaters {
+		t := byUpdater[u.Name]
+		if t == nil {
+			continue
+		}
+		st, _, _ := unstructured.NestedString(t.Object, "status", "updateStatus")
+		switch updatev1.UpdateStatus(st) {
+		case updatev1.StatusFailed, updatev1.StatusAborted:
+			return st
+		case updatev1.StatusUpdated:
+			updated++
+		}
+	}
+	if updated == len(updaters) {
+		return string(updatev1.StatusUpdated)
+	}
+	return string(updatev1.StatusUpdating)
 }
 
 func slicesSortedUpdaters(us []updatev1.Updater) []updatev1.Updater {

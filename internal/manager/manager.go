@@ -13,6 +13,7 @@ import (
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/fleetnode/fleetnodectl"
+	"github.com/drover-fleet/drover/internal/inplace/agentupdater"
 	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobctl"
 	"github.com/drover-fleet/drover/internal/task/taskctl"
@@ -118,6 +119,9 @@ func setupInPlace(mgr ctrl.Manager) error {
 	}
 	if err := (&inplacectl.HealthCheckReconciler{Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up NodeHealthCheck controller: %w", err)
+	}
+	if err := (&agentupdater.Reconciler{Client: mgr.GetClient(), Recorder: o.Recorder}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the built-in agent-version updater: %w", err)
 	}
 	return nil
 }

@@ -21,7 +21,9 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&NodePool{}, &NodePoolList{},
 		&InPlaceUpdatePlan{}, &InPlaceUpdatePlanList{},
-		&NodeHealthCheck{}, &NodeHealthCheckList{})
+		&NodeHealthCheck{}, &NodeHealthCheckList{},
+		&AgentVersionUpdateTask{}, &AgentVersionUpdateTaskList{},
+		&AgentVersionUpdateTaskTemplate{}, &AgentVersionUpdateTaskTemplateList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
