@@ -71,3 +71,7 @@
 // controllers as well as by the garbage collector, so that they go even
 // where none runs.
 package taskctl
+
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.task.ctrlkit.go task.ctrlkit
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.taskgroup.ctrlkit.go taskgroup.ctrlkit
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.fleetjob.ctrlkit.go fleetjob.ctrlkit

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,29 +63,54 @@ func (r *FleetJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	w := &jobRun{r: r, name: req.Name, namespace: req.Namespace}
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Whether or not a garbage collector runs: the
-			// groups go with their job, and their tasks with them.
-			return ctrlkit.IgnoreExit(ctrlkit.Sequential(
-				ctrlkit.NewAction("LoadGroups", w.loadGroups),
-				ctrlkit.NewAction("DeleteGroups", w.deleteUnwanted),
-			).Run(ctx))
+			// Hand-wired rather than the generated Reconcile, which is
+			// done at NotFound: whether or not a garbage collector runs,
+			// the groups go with their job, and their tasks with them.
+			job.Name, job.Namespace = req.Name, req.Namespace
+			m := NewJobManager(NewJobManagerState(r.Client, &job), w)
+			return ctrlkit.Reconcile(ctx, ctrlkit.Optimize(JobWorkflow(m, nil)))
 		}
 		return ctrl.Result{}, err
 	}
-	if job.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
-	}
 	w.job = &job
-	if settled(job.Status.Phase, job.Status.ObservedGeneration, job.Generation) {
-		// Done: a group deleted now is not made again.
-		return ctrl.Result{}, nil
+	m := NewJobManager(NewJobManagerState(r.Client, &job), w)
+	return ctrlkit.Reconcile(ctx, ctrlkit.Optimize(JobWorkflow(m, &job)))
+}
+
+// JobWorkflow is the FleetJob controller's workflow (actions in
+// fleetjob.ctrlkit). A job that is gone (job nil) has its groups deleted;
+// one being deleted, or done (a group deleted now is not made again), is
+// left alone; otherwise, in sequence: list, delete, sync, sum.
+func JobWorkflow(m *JobManager, job *batchv1.FleetJob) ctrlkit.Action {
+	switch {
+	case job == nil:
+		return ctrlkit.Sequential(m.LoadGroups(), m.DeleteGroups())
+	case job.DeletionTimestamp != nil, settled(job.Status.Phase, job.Status.ObservedGeneration, job.Generation):
+		return ctrlkit.Nop()
 	}
-	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
-		ctrlkit.NewAction("LoadGroups", w.loadGroups),
-		ctrlkit.NewAction("DeleteGroups", w.deleteUnwanted),
-		ctrlkit.NewAction("SyncGroups", w.syncGroups),
-		ctrlkit.NewAction("UpdateStatus", w.updateStatus),
-	).Run(ctx))
+	return ctrlkit.Sequential(m.LoadGroups(), m.DeleteGroups(), m.SyncGroups(), m.UpdateStatus())
+}
+
+var _ JobManagerImpl = (*jobRun)(nil)
+
+// LoadGroups implements JobManagerImpl.
+func (w *jobRun) LoadGroups(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.loadGroups(ctx)
+}
+
+// DeleteGroups implements JobManagerImpl.
+func (w *jobRun) DeleteGroups(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.deleteUnwanted(ctx)
+}
+
+// SyncGroups implements JobManagerImpl.
+func (w *jobRun) SyncGroups(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.syncGroups(ctx)
+}
+
+// UpdateStatus implements JobManagerImpl.
+func (w *jobRun) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.updateStatus(ctx)
 }
 
 // jobRun is one reconcile of one job; job is nil when it is gone.

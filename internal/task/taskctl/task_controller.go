@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -78,14 +80,28 @@ func (r *TaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if t.DeletionTimestamp != nil || t.Status.State == batchv1.TaskCompleted {
-		return ctrl.Result{}, nil
-	}
-	w := &taskRun{r: r, task: &t}
-	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
-		ctrlkit.NewAction("ReadNode", w.readNode),
-		ctrlkit.NewAction("Step", w.step),
-	).Run(ctx))
+	m := NewTaskLifecycle(NewTaskLifecycleState(r.Client, &t), &taskRun{r: r, task: &t})
+	return ctrlkit.Reconcile(ctx, ctrlkit.Optimize(TaskWorkflow(m, &t)))
+}
+
+// TaskWorkflow is the Task controller's workflow (actions in task.ctrlkit):
+// nothing for a task being deleted (its hub releases it) or Completed (no
+// step leaves Completed); else read the attempt's node, then step.
+func TaskWorkflow(m *TaskLifecycle, t *batchv1.Task) ctrlkit.Action {
+	return ctrlkit.If(t.DeletionTimestamp == nil && t.Status.State != batchv1.TaskCompleted,
+		ctrlkit.Sequential(m.ReadNode(), m.Step()))
+}
+
+var _ TaskLifecycleImpl = (*taskRun)(nil)
+
+// ReadNode implements TaskLifecycleImpl.
+func (w *taskRun) ReadNode(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.readNode(ctx)
+}
+
+// Step implements TaskLifecycleImpl.
+func (w *taskRun) Step(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.step(ctx)
 }
 
 // taskRun is one reconcile of one task.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -111,37 +112,74 @@ func (r *TaskGroupReconciler) refusedGroups(ctx context.Context, obj client.Obje
 // Reconcile implements reconcile.Reconciler.
 func (r *TaskGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var g batchv1.TaskGroup
+	w := &groupRun{r: r, name: req.Name, namespace: req.Namespace}
 	if err := r.Client.Get(ctx, req.NamespacedName, &g); err != nil {
 		if apierrors.IsNotFound(err) {
-			w := &groupRun{r: r, name: req.Name, namespace: req.Namespace}
-			return ctrlkit.IgnoreExit(ctrlkit.Sequential(
-				ctrlkit.NewAction("LoadTasks", w.loadTasks),
-				ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
-			).Run(ctx))
+			// Hand-wired rather than the generated Reconcile, which is
+			// done at NotFound: a group that is gone still has its tasks
+			// deleted (whether or not a garbage collector runs).
+			g.Name, g.Namespace = req.Name, req.Namespace
+			m := NewGroupManager(NewGroupManagerState(r.Client, &g), w)
+			return ctrlkit.Reconcile(ctx, ctrlkit.Optimize(GroupWorkflow(m, nil)))
 		}
 		return ctrl.Result{}, err
 	}
-	if g.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
+	w.group = &g
+	// Done: only tasks beyond count (none, unless it shrank) go; a
+	// perNode group keeps the tasks it ended with.
+	w.keepNodes = g.Spec.PerNode && settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation)
+	m := NewGroupManager(NewGroupManagerState(r.Client, &g), w)
+	return ctrlkit.Reconcile(ctx, ctrlkit.Optimize(GroupWorkflow(m, &g)))
+}
+
+// GroupWorkflow is the TaskGroup controller's workflow (actions in
+// taskgroup.ctrlkit). A group that is gone (g nil), or done, only has the
+// tasks it no longer wants deleted; one being deleted is left to the
+// garbage collector; otherwise the whole pass runs, in sequence, each step
+// using what the ones before found.
+func GroupWorkflow(m *GroupManager, g *batchv1.TaskGroup) ctrlkit.Action {
+	cleanup := ctrlkit.Sequential(m.LoadTasks(), m.DeleteTasks())
+	switch {
+	case g == nil:
+		return cleanup
+	case g.DeletionTimestamp != nil:
+		return ctrlkit.Nop()
+	case settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation):
+		return cleanup
 	}
-	w := &groupRun{r: r, group: &g, name: g.Name, namespace: g.Namespace}
-	if settled(g.Status.Phase, g.Status.ObservedGeneration, g.Generation) {
-		// Done: only tasks beyond count (none, unless it shrank) go; a
-		// perNode group keeps the tasks it ended with.
-		w.keepNodes = g.Spec.PerNode
-		return ctrlkit.IgnoreExit(ctrlkit.Sequential(
-			ctrlkit.NewAction("LoadTasks", w.loadTasks),
-			ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
-		).Run(ctx))
-	}
-	return ctrlkit.IgnoreExit(ctrlkit.Sequential(
-		ctrlkit.NewAction("Nodes", w.nodes),
-		ctrlkit.NewAction("LoadTasks", w.loadTasks),
-		ctrlkit.NewAction("DeleteTasks", w.deleteUnwanted),
-		ctrlkit.NewAction("Deadline", w.deadline),
-		ctrlkit.NewAction("CreateTasks", w.createMissing),
-		ctrlkit.NewAction("UpdateStatus", w.updateStatus),
-	).Run(ctx))
+	return ctrlkit.Sequential(m.Nodes(), m.LoadTasks(), m.DeleteTasks(), m.Deadline(), m.CreateTasks(), m.UpdateStatus())
+}
+
+var _ GroupManagerImpl = (*groupRun)(nil)
+
+// Nodes implements GroupManagerImpl.
+func (w *groupRun) Nodes(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.nodes(ctx)
+}
+
+// LoadTasks implements GroupManagerImpl.
+func (w *groupRun) LoadTasks(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.loadTasks(ctx)
+}
+
+// DeleteTasks implements GroupManagerImpl.
+func (w *groupRun) DeleteTasks(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.deleteUnwanted(ctx)
+}
+
+// Deadline implements GroupManagerImpl.
+func (w *groupRun) Deadline(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.deadline(ctx)
+}
+
+// CreateTasks implements GroupManagerImpl.
+func (w *groupRun) CreateTasks(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.createMissing(ctx)
+}
+
+// UpdateStatus implements GroupManagerImpl.
+func (w *groupRun) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.Result, error) {
+	return w.updateStatus(ctx)
 }
 
 // groupRun is one reconcile of one group; group is nil when it is gone.
