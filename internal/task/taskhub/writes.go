@@ -49,7 +49,14 @@ func (d *Dispatcher) runWriters(ctx context.Context) error {
 			var t batchv1.Task
 			if err := d.opts.APIReader.Get(ctx, key, &t); err == nil && t.DeletionTimestamp != nil {
 				if _, err := d.cleanup(ctx, &t); err != nil {
-					d.log.Warn("clean up deleted task", "task", key, "err", err)
+					// A conflict or a task already gone is the normal
+					// race with another writer: the Task's next event
+					// brings its cleanup back through the reconciler.
+					if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+						d.log.Debug("clean up deleted task: retried on its next change", "task", key, "err", err)
+					} else {
+						d.log.Warn("clean up deleted task", "task", key, "err", err)
+					}
 				}
 			}
 		case now := <-sweep.Chan():
