@@ -1,7 +1,10 @@
 package cmd
 
 import (
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -45,5 +48,47 @@ func TestBadCgroupFlags(t *testing.T) {
 		if code := Main(append(args, "--state-dir", t.TempDir())); code != 2 {
 			t.Errorf("Main(%q) = %d, want 2", args, code)
 		}
+	}
+}
+
+// install takes the agent's own flags, checks them as the agent would, and
+// writes them into the unit; the token goes to the 0600 environment file.
+func TestInstallCommand(t *testing.T) {
+	root := t.TempDir()
+	var out, errb strings.Builder
+	code := runInstall([]string{"--root", root, "--hub", "h1:7443,h2:7443", "--token", "abcdef.0123456789abcdef",
+		"--labels", "site=berlin,room=2 b", "--state-dir", "/srv/drover"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("install = %d, stderr:\n%s", code, errb.String())
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/drover-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `ExecStart=/usr/local/bin/drover-agent --hub=h1:7443,h2:7443 "--labels=site=berlin,room=2 b" --state-dir=/srv/drover` + "\n"
+	if !strings.Contains(string(unit), want) {
+		t.Errorf("unit lacks %q:\n%s", want, unit)
+	}
+	if strings.Contains(string(unit), "abcdef") {
+		t.Errorf("unit holds the token:\n%s", unit)
+	}
+	if _, err := os.Stat(filepath.Join(root, "srv/drover")); err != nil {
+		t.Errorf("state dir from --state-dir not created: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--cgroups", "maybe"},
+		{"--version"},
+		{"extra-arg"},
+		{"--no-such-flag"},
+	} {
+		if code := runInstall(append([]string{"--root", t.TempDir()}, bad...), io.Discard, io.Discard); code != 2 {
+			t.Errorf("install %q = %d, want 2", bad, code)
+		}
+	}
+	if code := runUninstall([]string{"--root", root, "--state-dir", "/srv/drover"}, &out, &errb); code != 0 {
+		t.Errorf("uninstall = %d: %s", code, errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(root, "srv/drover")); err != nil {
+		t.Errorf("uninstall without --purge removed the state dir: %v", err)
 	}
 }

@@ -1,0 +1,160 @@
+package cmd
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/drover-fleet/drover/internal/agent/service"
+)
+
+// installFlags are install's and uninstall's own flags, beside the agent's.
+type installFlags struct {
+	dryRun, noStart, purge bool
+	root, binDir, unitDir  string
+	configDir              string
+}
+
+func (f *installFlags) register(fs *flag.FlagSet, install bool) {
+	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would be done (and the unit) and do nothing")
+	fs.StringVar(&f.root, "root", "/", "write every file under this directory instead of / (an image root); systemctl is not run then")
+	fs.StringVar(&f.binDir, "bin-dir", service.DefaultBinDir, "directory the agent binary is installed in")
+	fs.StringVar(&f.unitDir, "unit-dir", service.DefaultUnitDir, "directory of the systemd unit")
+	fs.StringVar(&f.configDir, "config-dir", service.DefaultConfigDir, "directory of the agent's environment file (the bootstrap token) and config")
+	if install {
+		fs.BoolVar(&f.noStart, "no-start", false, "enable the unit but do not start it now")
+	} else {
+		fs.BoolVar(&f.purge, "purge", false, "also remove the state dir (the node's identity: it must register again), the work dir and the config dir")
+	}
+}
+
+func (f *installFlags) options(stdout io.Writer) service.Options {
+	o := service.Options{
+		Root: f.root, BinDir: f.binDir, UnitDir: f.unitDir, ConfigDir: f.configDir,
+		NoStart: f.noStart, Purge: f.purge, DryRun: f.dryRun, Out: stdout,
+	}
+	if f.root == "/" {
+		if p, err := exec.LookPath("systemctl"); err == nil {
+			o.Systemctl = p
+		}
+	}
+	return o
+}
+
+// runInstall is `drover-agent install [install flags] [agent flags]`: the
+// agent flags are checked as the agent would check them and go into the
+// unit's ExecStart; --token goes into a 0600 environment file instead.
+func runInstall(args []string, stdout, stderr io.Writer) int {
+	s := newSettings()
+	s.fs.Init("drover-agent install", flag.ContinueOnError)
+	s.fs.SetOutput(stderr)
+	var inf installFlags
+	inf.register(s.fs, true)
+	if err := s.fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if s.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "drover-agent install: unexpected argument %q (flags only)\n", s.fs.Arg(0))
+		return exitUsage
+	}
+	// Only the command line's flags go into ExecStart: the config file's
+	// settings reach the agent through the installed file (fs.Set in
+	// loadConfig marks them as set too).
+	given := s.given()
+	if s.config != "" {
+		// Checked now, so that a bad file fails the install, not the service.
+		if err := s.loadConfig(s.config, given); err != nil {
+			fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
+			return exitUsage
+		}
+	}
+	if _, err := s.options(); err != nil {
+		fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
+		return exitUsage
+	}
+	o := inf.options(stdout)
+	own := map[string]bool{}
+	installOnly := flag.NewFlagSet("", flag.ContinueOnError)
+	inf.register(installOnly, true)
+	installOnly.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
+	var bad error
+	s.fs.VisitAll(func(f *flag.Flag) {
+		if !given[f.Name] || own[f.Name] || bad != nil {
+			return
+		}
+		v := f.Value.String()
+		switch f.Name {
+		case "token":
+			o.Token = v // into the 0600 environment file, not the unit
+			return
+		case "version", "check-config":
+			bad = fmt.Errorf("--%s is not an agent setting", f.Name)
+			return
+		case "state-dir", "work-dir", "ca-file", "config":
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				bad = fmt.Errorf("--%s: %w", f.Name, err)
+				return
+			}
+			v = abs
+			if f.Name == "state-dir" {
+				o.StateDir = abs
+			}
+			if f.Name == "work-dir" {
+				o.WorkDir = abs
+			}
+			if f.Name == "config" {
+				o.ConfigFile = abs // copied under --config-dir; Install adds --config
+				return
+			}
+		}
+		o.Args = append(o.Args, "--"+f.Name+"="+v)
+	})
+	if o.Token == "" && s.o.BootstrapToken != "" {
+		o.Token = s.o.BootstrapToken // from $DROVER_TOKEN
+	}
+	if bad != nil {
+		fmt.Fprintf(stderr, "drover-agent install: %v\n", bad)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := service.Install(ctx, o); err != nil {
+		fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// runUninstall is `drover-agent uninstall [--purge] [--state-dir DIR] ...`.
+func runUninstall(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("drover-agent uninstall", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var inf installFlags
+	inf.register(fs, false)
+	var stateDir, workDir string
+	fs.StringVar(&stateDir, "state-dir", service.DefaultStateDir, "the agent's state dir (removed with --purge)")
+	fs.StringVar(&workDir, "work-dir", "", "the agent's work dir (removed with --purge); default: the state dir + \"-work\"")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "drover-agent uninstall: unexpected argument %q (flags only)\n", fs.Arg(0))
+		return exitUsage
+	}
+	o := inf.options(stdout)
+	o.StateDir, o.WorkDir = stateDir, workDir
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := service.Uninstall(ctx, o); err != nil {
+		fmt.Fprintf(stderr, "drover-agent uninstall: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
