@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/agent/cgroup"
@@ -105,6 +108,17 @@ func Main(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if s.metrics != "" {
+		o.Metrics = agent.NewMetrics(Version, time.Now())
+		l, err := net.Listen("tcp", s.metrics)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: --metrics-addr: %v\n", err)
+			return exitError
+		}
+		o.Logger.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
+		stopMetrics := serveMetrics(l, o.Metrics, o.Logger)
+		defer stopMetrics()
+	}
 	if err := agent.Run(ctx, o); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			// Stopped by a signal while waiting (to register, say): a clean
@@ -119,4 +133,24 @@ func Main(args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// serveMetrics serves m on l until the returned func is called.
+func serveMetrics(l net.Listener, m *agent.Metrics, log *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}
 }

@@ -38,6 +38,7 @@ type settings struct {
 	cgroups   string
 	cgParent  string
 	taskUser  string
+	metrics   string
 
 	config      string
 	checkConfig bool
@@ -87,6 +88,9 @@ func newSettings() *settings {
 			"auto (when the node has cgroup v1 or v2 and the agent may create cgroups; else process groups only), off, or required (refuse to start without)")
 	fs.StringVar(&s.cgParent, "cgroup-parent", "",
 		"cgroup under which task attempts' cgroups are created, as a path from each hierarchy's root (e.g. /drover); default: a drover child of the agent's own cgroup")
+	fs.StringVar(&s.metrics, "metrics-addr", "",
+		"serve Prometheus metrics (sessions, work items by type and result, node job actions) on http://ADDR/metrics, e.g. 127.0.0.1:9464; "+
+			"default off. Plain HTTP without authentication: keep it on loopback or a trusted network")
 	fs.BoolVar(&s.version, "version", false, "print the version and exit")
 	fs.StringVar(&s.config, "config", "",
 		"YAML file of settings: keys are these flags' names without --, e.g. \"hub: [h1:7443, h2:7443]\"; flags given on the command line win")
