@@ -127,21 +127,34 @@ func TestCheckConfigExitCodes(t *testing.T) {
 	}
 }
 
-// install copies the config file next to the token and points ExecStart at it.
+// install merges a --config file with the flags into the installed config.
 func TestInstallCopiesTheConfig(t *testing.T) {
 	root := t.TempDir()
-	cfg := writeConfig(t, "hub: [h1:7443]\nnode: robot-7\n")
+	cfg := writeConfig(t, "hub: [h1:7443]\nnode: robot-7\ntoken: abcdef.0123456789abcdef\n")
 	var out, errb strings.Builder
-	if code := runInstall([]string{"--root", root, "--config", cfg}, &out, &errb); code != 0 {
+	if code := runInstall([]string{"--root", root, "--config", cfg, "--node", "robot-8"}, &out, &errb); code != 0 {
 		t.Fatalf("install = %d: %s", code, errb.String())
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/drover-agent.service"))
 	if !strings.Contains(string(unit), "ExecStart=/usr/local/bin/drover-agent --config=/etc/drover-agent/agent.yaml\n") {
 		t.Errorf("unit does not run the agent with the installed config:\n%s", unit)
 	}
-	st, err := os.Stat(filepath.Join(root, "etc/drover-agent/agent.yaml"))
+	path := filepath.Join(root, "etc/drover-agent/agent.yaml")
+	st, err := os.Stat(path)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("installed config: %v, %v; want mode 600", st, err)
+	}
+	got, _ := os.ReadFile(path)
+	for _, line := range []string{"hub: \"h1:7443\"\n", "node: robot-8\n"} {
+		if !strings.Contains(string(got), line) {
+			t.Errorf("installed config lacks %q:\n%s", line, got)
+		}
+	}
+	if strings.Contains(string(got), "abcdef") {
+		t.Errorf("installed config holds the token (it belongs in agent.env):\n%s", got)
+	}
+	if env, _ := os.ReadFile(filepath.Join(root, "etc/drover-agent/agent.env")); string(env) != "DROVER_TOKEN=abcdef.0123456789abcdef\n" {
+		t.Errorf("agent.env = %q, want the config's token", env)
 	}
 	if code := runInstall([]string{"--root", t.TempDir(), "--config", writeConfig(t, "hubz: x\n")}, &out, &errb); code != 2 {
 		t.Errorf("install with a bad config = %d, want 2", code)

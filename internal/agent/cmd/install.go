@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/drover-fleet/drover/internal/agent/service"
@@ -47,9 +48,12 @@ func (f *installFlags) options(stdout io.Writer) service.Options {
 	return o
 }
 
-// runInstall is `drover-agent install [install flags] [agent flags]`: the
-// agent flags are checked as the agent would check them and go into the
-// unit's ExecStart; --token goes into a 0600 environment file instead.
+// runInstall is `drover-agent install [install flags] [agent flags]`. The
+// agent's settings (the flags given, over those of a --config file) are
+// checked as the agent would check them and written to the installed
+// config file, which is all ExecStart passes: one place to edit, and no
+// setting is spliced into a command line. The bootstrap token (--token, the
+// file's token, or $DROVER_TOKEN) goes into a 0600 environment file instead.
 func runInstall(args []string, stdout, stderr io.Writer) int {
 	s := newSettings()
 	s.fs.Init("drover-agent install", flag.ContinueOnError)
@@ -63,13 +67,13 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "drover-agent install: unexpected argument %q (flags only)\n", s.fs.Arg(0))
 		return exitUsage
 	}
-	// Only the command line's flags go into ExecStart: the config file's
-	// settings reach the agent through the installed file (fs.Set in
-	// loadConfig marks them as set too).
-	given := s.given()
+	if s.version || s.checkConfig {
+		fmt.Fprintln(stderr, "drover-agent install: --version and --check-config are not agent settings")
+		return exitUsage
+	}
 	if s.config != "" {
 		// Checked now, so that a bad file fails the install, not the service.
-		if err := s.loadConfig(s.config, given); err != nil {
+		if err := s.loadConfig(s.config, s.given()); err != nil {
 			fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
 			return exitUsage
 		}
@@ -79,24 +83,44 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	o := inf.options(stdout)
+	cfg, err := s.installConfig(&o)
+	if err != nil {
+		fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
+		return exitUsage
+	}
+	o.Config = cfg
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := service.Install(ctx, o); err != nil {
+		fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// installConfig is the config file install writes: every setting given
+// (on the command line or in the --config file), paths made absolute, the
+// token left out (o.Token gets it). It sets o's state and work dirs.
+func (s *settings) installConfig(o *service.Options) ([]byte, error) {
 	own := map[string]bool{}
 	installOnly := flag.NewFlagSet("", flag.ContinueOnError)
-	inf.register(installOnly, true)
+	new(installFlags).register(installOnly, true)
 	installOnly.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
+	var b strings.Builder
+	b.WriteString("# drover-agent settings, written by `drover-agent install`. Keys are the\n" +
+		"# agent's flag names without --; `drover-agent --check-config --config FILE`\n" +
+		"# checks an edited file. The bootstrap token lives in agent.env (0600).\n")
 	var bad error
-	s.fs.VisitAll(func(f *flag.Flag) {
-		if !given[f.Name] || own[f.Name] || bad != nil {
+	s.fs.Visit(func(f *flag.Flag) {
+		if own[f.Name] || notConfig[f.Name] || bad != nil {
 			return
 		}
 		v := f.Value.String()
 		switch f.Name {
 		case "token":
-			o.Token = v // into the 0600 environment file, not the unit
+			o.Token = v
 			return
-		case "version", "check-config":
-			bad = fmt.Errorf("--%s is not an agent setting", f.Name)
-			return
-		case "state-dir", "work-dir", "ca-file", "config":
+		case "state-dir", "work-dir", "ca-file":
 			abs, err := filepath.Abs(v)
 			if err != nil {
 				bad = fmt.Errorf("--%s: %w", f.Name, err)
@@ -105,31 +129,16 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 			v = abs
 			if f.Name == "state-dir" {
 				o.StateDir = abs
-			}
-			if f.Name == "work-dir" {
+			} else if f.Name == "work-dir" {
 				o.WorkDir = abs
 			}
-			if f.Name == "config" {
-				o.ConfigFile = abs // copied under --config-dir; Install adds --config
-				return
-			}
 		}
-		o.Args = append(o.Args, "--"+f.Name+"="+v)
+		fmt.Fprintf(&b, "%s: %s\n", f.Name, yamlScalar(v))
 	})
 	if o.Token == "" && s.o.BootstrapToken != "" {
 		o.Token = s.o.BootstrapToken // from $DROVER_TOKEN
 	}
-	if bad != nil {
-		fmt.Fprintf(stderr, "drover-agent install: %v\n", bad)
-		return exitUsage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := service.Install(ctx, o); err != nil {
-		fmt.Fprintf(stderr, "drover-agent install: %v\n", err)
-		return exitError
-	}
-	return exitOK
+	return []byte(b.String()), bad
 }
 
 // runUninstall is `drover-agent uninstall [--purge] [--state-dir DIR] ...`.
@@ -150,6 +159,18 @@ func runUninstall(args []string, stdout, stderr io.Writer) int {
 	}
 	o := inf.options(stdout)
 	o.StateDir, o.WorkDir = stateDir, workDir
+	if !flagGiven(fs, "state-dir") && !flagGiven(fs, "work-dir") {
+		// The installed config says where the agent keeps its state.
+		installed := filepath.Join(o.Root, o.ConfigFilePath())
+		if _, err := os.Stat(installed); err == nil {
+			cs := newSettings()
+			if err := cs.loadConfig(installed, nil); err != nil {
+				fmt.Fprintf(stderr, "drover-agent uninstall: %v (give --state-dir and --work-dir)\n", err)
+				return exitUsage
+			}
+			o.StateDir, o.WorkDir = cs.o.StateDir, cs.o.WorkDir
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := service.Uninstall(ctx, o); err != nil {
@@ -157,4 +178,10 @@ func runUninstall(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// Default paths (the layout docs/operations.md describes).
+// Default paths (the layout docs/operate.md describes).
 const (
 	DefaultBinDir    = "/usr/local/bin"
 	DefaultUnitDir   = "/etc/systemd/system"
@@ -36,9 +36,9 @@ type Options struct {
 	// Token, when set, is written to the environment file (0600) as
 	// DROVER_TOKEN, not into the world-readable unit.
 	Token string
-	// ConfigFile, when set, is a config file copied to ConfigFilePath
-	// (0600: it may hold the token), and ExecStart gets --config with it.
-	ConfigFile string
+	// Config, when set, is the agent's config file (YAML), written to
+	// ConfigFilePath (0600), and ExecStart gets --config with it.
+	Config []byte
 	// StateDir is created 0700. Default DefaultStateDir.
 	StateDir string
 	// WorkDir, when set, is created 0711 (uninstall --purge removes it).
@@ -146,7 +146,7 @@ func Install(ctx context.Context, o Options) error {
 		return err
 	}
 	argv := append([]string{o.BinaryPath()}, o.Args...)
-	if o.ConfigFile != "" {
+	if o.Config != nil {
 		argv = append(argv, "--config="+o.ConfigFilePath())
 	}
 	unit, err := Unit(UnitConfig{
@@ -168,9 +168,9 @@ func Install(ctx context.Context, o Options) error {
 			return mkdir(o.real(o.ConfigDir), 0o755)
 		}},
 	}
-	if o.ConfigFile != "" {
-		steps = append(steps, step{"install the config " + o.ConfigFile + " as " + o.ConfigFilePath() + " (0600)", func(context.Context) error {
-			return copyFile(o.ConfigFile, o.real(o.ConfigFilePath()), 0o600)
+	if o.Config != nil {
+		steps = append(steps, step{"write the config " + o.ConfigFilePath() + " (0600)", func(context.Context) error {
+			return writeFile(o.real(o.ConfigFilePath()), o.Config, 0o600)
 		}})
 	}
 	if o.Token != "" {
@@ -187,6 +187,9 @@ func Install(ctx context.Context, o Options) error {
 	}
 	steps = append(steps, o.systemctl([]string{"daemon-reload"}, enable)...)
 	if o.DryRun {
+		if o.Config != nil {
+			fmt.Fprintf(o.Out, "config %s:\n%s", o.ConfigFilePath(), o.Config)
+		}
 		fmt.Fprintf(o.Out, "unit %s:\n%s", o.UnitPath(), unit)
 	}
 	return run(ctx, &o, steps)

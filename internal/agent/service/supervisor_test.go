@@ -248,9 +248,15 @@ func closedAddr(t *testing.T) string {
 func installed(t *testing.T, token string, args ...string) *supervisor {
 	t.Helper()
 	root := t.TempDir()
+	// The settings go into the config file, as `drover-agent install` writes them.
+	var cfg strings.Builder
+	for _, a := range append([]string{"--state-dir=" + filepath.Join(root, "state")}, args...) {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		fmt.Fprintf(&cfg, "%s: %q\n", k, v)
+	}
 	o := Options{Binary: testenv.Binary(t, "./cmd/drover-agent"), Token: token,
 		BinDir: filepath.Join(root, "bin"), UnitDir: filepath.Join(root, "units"), ConfigDir: filepath.Join(root, "etc"),
-		StateDir: filepath.Join(root, "state"), Args: append([]string{"--state-dir=" + filepath.Join(root, "state")}, args...)}
+		StateDir: filepath.Join(root, "state"), Config: []byte(cfg.String())}
 	if err := Install(context.Background(), o); err != nil {
 		t.Fatalf("Install() = %v", err)
 	}

@@ -45,11 +45,11 @@ func Unit(c UnitConfig) (string, error) {
 		}
 	}
 	w("# Written by `drover-agent install`; `drover-agent uninstall` removes it.",
-		"# Flags are in ExecStart; edit them with `systemctl edit --full drover-agent`",
-		"# or install again.",
+		"# Settings are in the --config file (/etc/drover-agent/agent.yaml); edit it",
+		"# and `systemctl restart drover-agent`, or install again.",
 		"[Unit]",
 		"Description=Drover agent",
-		"Documentation=https://github.com/drover-fleet/drover/blob/main/docs/operations.md",
+		"Documentation=https://github.com/drover-fleet/drover/blob/main/docs/operate.md",
 		"Wants=network-online.target",
 		"After=network-online.target",
 		"# A crash loop keeps being retried (every 5 s): the hub may come back.",

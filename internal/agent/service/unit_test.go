@@ -19,8 +19,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 func goldenUnit(t *testing.T, bin string) string {
 	t.Helper()
 	u, err := Unit(UnitConfig{
-		ExecStart: []string{bin, "--hub=hub-1.example.com:7443,hub-2.example.com:7443",
-			"--ca-file=/etc/drover-agent/ca.crt", "--labels=site=berlin,room=2 b", "--node=robot-7"},
+		ExecStart:       []string{bin, "--config=/etc/drover-agent/agent.yaml"},
 		EnvironmentFile: "/etc/drover-agent/agent.env",
 		ReadWritePaths:  []string{"/usr/local/bin"},
 	})
