@@ -117,7 +117,7 @@ func (m *Metrics) Write(w io.Writer) error {
 	family(&b, "drover_agent_sessions_total", "counter", "Sessions opened to a hub.", byOne(m.sessions, "hub"))
 	family(&b, "drover_agent_session_errors_total", "counter",
 		"Sessions to a hub that failed to open or ended with an error (the agent then reconnects).", byOne(m.connErrs, "hub"))
-	family(&b, "drover_agent_work_running", "gauge", "Work items running now by type (tasks: exec; node jobs: nodejob-upgrade, nodejob-prepull).",
+	family(&b, "drover_agent_work_running", "gauge", "Work items running now by type (tasks: task-exec; node jobs: nodejob-upgrade, nodejob-prepull).",
 		byOne(m.running, "type"))
 	family(&b, "drover_agent_work_started_total", "counter", "Work items started (or resumed after an agent start) by type.",
 		byOne(m.workStarts, "type"))

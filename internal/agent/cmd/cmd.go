@@ -66,15 +66,16 @@ func Main(args []string) int {
 	if err := s.fs.Parse(args); err != nil {
 		return exitUsage
 	}
+	if s.version {
+		// Before the config file: the upgrade probe runs `<new> --version`.
+		fmt.Println(Version)
+		return exitOK
+	}
 	if s.config != "" {
 		if err := s.loadConfig(s.config, s.given()); err != nil {
 			fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
 			return exitUsage
 		}
-	}
-	if s.version {
-		fmt.Println(Version)
-		return exitOK
 	}
 	o, err := s.options()
 	if err != nil {
