@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,6 +328,7 @@ func Run(ctx context.Context, opts Options) error {
 			a.opts.Runners[typ] = r
 		}
 	}
+	a.opts.Metrics.known(a.opts.Hubs, slices.Collect(maps.Keys(a.opts.Runners)))
 	if err := a.scrubStoredCredentials(ctx); err != nil {
 		return err
 	}

@@ -41,6 +41,29 @@ func NewMetrics(version string, now time.Time) *Metrics {
 	}
 }
 
+// known starts every series of the agent's hubs and work types at 0, so
+// that a scrape shows them before anything happened (rate() and alerts on
+// absent series need a first sample).
+func (m *Metrics) known(hubs, types []string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, h := range hubs {
+		m.connected[h] += 0
+		m.sessions[h] += 0
+		m.connErrs[h] += 0
+	}
+	for _, typ := range types {
+		m.running[typ] += 0
+		m.workStarts[typ] += 0
+		for _, phase := range []string{PhaseSucceeded, PhaseFailed, PhaseCancelled} {
+			m.finished[[2]string{typ, phase}] += 0
+		}
+	}
+}
+
 func (m *Metrics) sessionUp(hub string, up bool) {
 	if m == nil {
 		return

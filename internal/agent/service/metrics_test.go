@@ -26,7 +26,8 @@ func TestAgentServesMetrics(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "agent.yaml")
-	text := "node: metrics-test\nhub: [" + closedAddr(t) + "]\nca-file: " + caFile(t) + "\ncgroups: \"off\"\n" +
+	hub := closedAddr(t)
+	text := "node: metrics-test\nhub: [" + hub + "]\nca-file: " + caFile(t) + "\ncgroups: \"off\"\n" +
 		"state-dir: " + filepath.Join(dir, "state") + "\nmetrics-addr: 127.0.0.1:0\n"
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -78,7 +79,11 @@ func TestAgentServesMetrics(t *testing.T) {
 			body = string(b)
 		}
 		cancel()
-		if strings.Contains(body, "drover_agent_info{version=") && strings.Contains(body, "# TYPE drover_agent_work_running gauge") {
+		// Every hub and work type has its series from the start, at 0.
+		if strings.Contains(body, "drover_agent_info{version=") &&
+			strings.Contains(body, "\ndrover_agent_connected{hub=\""+hub+"\"} 0\n") &&
+			strings.Contains(body, "\ndrover_agent_work_running{type=\"task-exec\"} 0\n") &&
+			strings.Contains(body, "\ndrover_agent_work_finished_total{type=\"nodejob-upgrade\",phase=\"Failed\"} 0\n") {
 			break
 		}
 		if time.Now().After(deadline) {
