@@ -388,3 +388,82 @@ func TestSplitExecUndoesQuoteArg(t *testing.T) {
 		t.Errorf("splitExec(quoted) = %q, %v; want %q", got, err, args)
 	}
 }
+
+// A self-upgrade whose new binary crashes at start: the unit keeps starting
+// it (the agent cannot roll back from a process that never runs), and once
+// the old binary is back in place (the upgrade flow's backup, renamed back
+// as its rollback does) the next restart runs the agent again.
+func TestUnitBringsBackACrashingUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds and runs the real agent")
+	}
+	crasher, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no `false` binary to stand in for a crashing agent")
+	}
+	s := installed(t, "abcdef.0123456789abcdef", "--node=svc-test", "--hub="+closedAddr(t), "--ca-file="+caFile(t), "--cgroups=off")
+	s.restartSec = 500 * time.Millisecond // the unit's 5s, shortened: the rules are what is tested
+	bin := s.argv[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 4*processTimeout)
+	type result struct {
+		o   outcome
+		err error
+	}
+	ended, stopped := make(chan result, 1), make(chan struct{})
+	defer func() {
+		cancel()
+		<-stopped // no t.Logf from the supervisor after the test
+	}()
+	go func() {
+		defer close(stopped)
+		o, err := s.run(ctx, t.Logf)
+		ended <- result{o, err}
+	}()
+	waitUntil(t, "the agent to open its database", func() bool {
+		_, err := os.Stat(filepath.Join(s.stateDir, "agent.db"))
+		return err == nil && len(s.pids()) == 1
+	})
+	// The swap, as the upgrade does it: the old binary kept as a backup,
+	// the new one renamed over the installed path.
+	backup := filepath.Join(t.TempDir(), "drover-agent.backup")
+	if err := os.Link(bin, backup); err != nil {
+		t.Fatal(err)
+	}
+	crash, err := os.ReadFile(crasher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(bin, crash, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(s.pids()[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the crashing binary to be started again", func() bool { return len(s.pids()) >= 3 })
+	if err := os.Rename(backup, bin); err != nil { // the rollback
+		t.Fatal(err)
+	}
+	agentBin, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back int
+	waitUntil(t, "the restored agent to run again", func() bool {
+		p := s.pids()
+		back = p[len(p)-1]
+		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", back))
+		return err == nil && os.SameFile(exe, agentBin)
+	})
+	if err := syscall.Kill(back, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-ended:
+	case <-time.After(processTimeout):
+		t.Fatalf("the supervisor still runs %s after SIGTERM to the agent; pids %v", processTimeout, s.pids())
+	}
+	if r.err != nil || s.failed(r.o) {
+		t.Errorf("the restored agent, stopped by SIGTERM, ended %+v, %v: want a clean stop", r.o, r.err)
+	}
+}
