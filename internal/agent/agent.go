@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,9 @@ type Options struct {
 	Clock clock.Clock
 	// Logger for operators. Default: discard.
 	Logger *slog.Logger
+	// Metrics, when set, counts sessions, work items and node job
+	// actions (drover-agent --metrics-addr serves them). Default nil: none.
+	Metrics *Metrics
 }
 
 // Connector opens the agent protocol to a hub. Closing the Closer ends the
@@ -324,6 +328,7 @@ func Run(ctx context.Context, opts Options) error {
 			a.opts.Runners[typ] = r
 		}
 	}
+	a.opts.Metrics.known(a.opts.Hubs, slices.Collect(maps.Keys(a.opts.Runners)))
 	if err := a.scrubStoredCredentials(ctx); err != nil {
 		return err
 	}
@@ -383,6 +388,7 @@ func (a *Agent) connectLoop(ctx context.Context, id store.Identity) error {
 		if a.opts.Clock.Since(began) > 30*time.Second {
 			backoff = 500 * time.Millisecond
 		}
+		a.opts.Metrics.sessionError(hub)
 		a.log.Warn("hub connection lost; reconnecting", "hub", hub, "err", err, "retryIn", backoff)
 		if a.sleep(ctx, backoff+rand.N(backoff/2+1)) != nil {
 			return nil

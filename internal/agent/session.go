@@ -75,6 +75,8 @@ func (a *Agent) session(ctx context.Context, hub string) error {
 	}
 	a.log.Info("connected", "hub", hub, "hubRevision", hubRev, "agentRevision", acked)
 	a.setConnected(true)
+	a.opts.Metrics.sessionUp(hub, true)
+	defer a.opts.Metrics.sessionUp(hub, false)
 	defer a.setConnected(false)
 	if _, err := a.reportNodeState(ctx); err != nil {
 		return err

@@ -150,7 +150,10 @@ func (a *Agent) runConcurrent(ctx, rctx context.Context, w store.Work, run func(
 			// The agent is stopping and the item goes on outside it: it
 			// stays Running, for its runner's Resume after the next start.
 			a.reportMu.Lock()
-			delete(a.running, w.UID)
+			if _, ok := a.running[w.UID]; ok {
+				delete(a.running, w.UID)
+				a.opts.Metrics.workEnded(w.Type, "")
+			}
 			a.reportMu.Unlock()
 			return
 		}
@@ -168,7 +171,8 @@ func (a *Agent) runConcurrent(ctx, rctx context.Context, w store.Work, run func(
 // runningItem is an item being run.
 type runningItem struct {
 	stop       context.CancelCauseFunc
-	concurrent bool // its runner is a ConcurrentRunner: it reports its own cancel
+	typ        string // the item's work type, for metrics
+	concurrent bool   // its runner is a ConcurrentRunner: it reports its own cancel
 }
 
 // setRunning records uid as running and returns its context. reportMu is held.
@@ -179,9 +183,11 @@ func (a *Agent) setRunning(ctx context.Context, w store.Work) context.Context {
 	}
 	if old, ok := a.running[w.UID]; ok {
 		old.stop(ErrCancelled) // cannot happen: an item is claimed once
+	} else {
+		a.opts.Metrics.workStarted(w.Type)
 	}
 	_, concurrent := a.opts.Runners[w.Type].(ConcurrentRunner)
-	a.running[w.UID] = runningItem{stop: stop, concurrent: concurrent}
+	a.running[w.UID] = runningItem{stop: stop, concurrent: concurrent, typ: w.Type}
 	return rctx
 }
 
@@ -263,6 +269,9 @@ func (a *Agent) progress(ctx context.Context, uid string, act *store.Action, rea
 		_, err := a.report(ctx, uid, "", "", build)
 		return err
 	}
+	if it, ok := a.running[uid]; ok {
+		a.opts.Metrics.action(it.typ, act.Action, act.State)
+	}
 	_, err := a.db.ReportAction(ctx, *act, func(rev uint64) (string, []byte, error) {
 		env := build(rev)
 		b, err := protocol.Encode(env)
@@ -324,6 +333,7 @@ func (a *Agent) finishMessage(ctx context.Context, uid, phase, reason, message s
 	if it, ok := a.running[uid]; ok {
 		it.stop(ErrCancelled)
 		delete(a.running, uid)
+		a.opts.Metrics.workEnded(it.typ, phase)
 	}
 	w, ok, err := a.db.Work(ctx, uid)
 	if err != nil || !ok || terminal(w.Phase) {

@@ -3,15 +3,17 @@
 package cmd
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
-	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,7 +21,6 @@ import (
 	"github.com/drover-fleet/drover/internal/agent/cgroup"
 	"github.com/drover-fleet/drover/internal/agent/mqttclient"
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
-	"github.com/drover-fleet/drover/internal/mqtt/topics"
 )
 
 // Version is set at build time: -ldflags "-X github.com/drover-fleet/drover/internal/agent/cmd.Version=v1.2.3".
@@ -30,6 +31,16 @@ var Version = "dev"
 // exits 1 before doing anything, --version included, so that upgrade tests
 // have a real binary that cannot start. Release builds never set it.
 var failAtStart = ""
+
+// Exit codes. The systemd unit written by `drover-agent install` does not
+// restart the agent after exitUsage or exitFatal: starting again with the
+// same flags cannot help.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	exitFatal = 3
+)
 
 // Main parses args, runs the agent and returns the exit code.
 func Main(args []string) int {
@@ -44,177 +55,147 @@ func Main(args []string) int {
 	}
 	if failAtStart == "true" {
 		fmt.Fprintln(os.Stderr, "drover-agent: built with failAtStart (a test binary that cannot start)")
-		return 1
+		return exitError
 	}
-	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
-	var (
-		o         agent.Options
-		hubs      string
-		labels    string
-		capacity  string
-		logLevel  string
-		heartbeat time.Duration
-		version   bool
-		transport string
-		mq        mqttclient.Options
-		retention time.Duration
-		cgroups   string
-		cgParent  string
-		taskUser  string
-	)
-	host, _ := os.Hostname()
-	fs.StringVar(&o.Node, "node", strings.ToLower(host), "this machine's node name")
-	fs.StringVar(&hubs, "hub", "127.0.0.1:7443", "hub addresses host:port, comma-separated; tried in turn")
-	fs.StringVar(&o.BootstrapToken, "token", os.Getenv("DROVER_TOKEN"), "bootstrap token (only needed to register; or $DROVER_TOKEN)")
-	fs.StringVar(&o.CAFile, "ca-file", "", "Drover's CA certificate, to trust the hub when registering (`drover ca`)")
-	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/drover-agent",
-		"directory for the agent's database, keys and the tasks' logs; kept 0700 (the agent narrows a wider mode at start)")
-	fs.StringVar(&o.WorkDir, "work-dir", "",
-		"directory of the task attempts' own dirs (their working dir and HOME, 0700 and owned by the task's user); itself 0711, "+
-			"so every dir above it must let the task users through. Default: the state dir + \"-work\" (/var/lib/drover-agent-work)")
-	fs.StringVar(&taskUser, "task-user", taskexec.DefaultTaskUser,
-		"user tasks run as when their securityContext names none: a name, a uid, or uid:gid (default nobody, else 65534:65534). "+
-			"Only an agent running as root switches users; otherwise tasks run as the agent's user")
-	fs.BoolVar(&o.AllowRootTasks, "allow-root-tasks", false,
-		"let a task run as uid or gid 0 when its securityContext asks (a NodeGrant must allow it too); without it such a task fails, RunAsRefused")
-	fs.StringVar(&labels, "labels", "", "labels to report, k=v,k2=v2")
-	fs.StringVar(&capacity, "capacity", "",
-		"resources to report besides the detected cpu and memory, name=quantity,... (e.g. gpu=1,example.com/fpga=2); "+
-			"a name given here overrides the detected value (memory=4Gi)")
-	fs.DurationVar(&heartbeat, "heartbeat-interval", 0, "override the hub's heartbeat interval")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; registration still uses --hub)")
-	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
-	fs.StringVar(&mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
-	fs.DurationVar(&retention, "task-retention", taskexec.DefaultRetention,
-		"how long an ended task attempt's dirs (its logs under --state-dir/tasks, its own dir under --work-dir) stay after the attempt ended "+
-			"(finished, or stopped because the hub dropped it); 0 keeps them for ever. drover logs can read a task's output until then")
-	fs.Int64Var(&o.MaxArtifactBytes, "max-artifact-bytes", taskexec.DefaultMaxArtifactBytes,
-		"largest task artifact to download, in bytes; a larger one fails the task before it starts")
-	fs.BoolVar(&o.StopTasksOnExit, "stop-tasks-on-exit", false,
-		"stop running task processes when the agent stops (SIGTERM, SIGKILL 5s later) and report them Failed, AgentStopped. "+
-			"Default: they run on and the agent takes them over when it starts again (restarts and upgrades keep the fleet's work)")
-	fs.StringVar(&cgroups, "cgroups", "auto",
-		"contain each task attempt in a cgroup of its own (memory and cpu limits from its resources; stopping it kills every process it started): "+
-			"auto (when the node has cgroup v1 or v2 and the agent may create cgroups; else process groups only), off, or required (refuse to start without)")
-	fs.StringVar(&cgParent, "cgroup-parent", "",
-		"cgroup under which task attempts' cgroups are created, as a path from each hierarchy's root (e.g. /drover); default: a drover child of the agent's own cgroup")
-	fs.BoolVar(&version, "version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if len(args) > 0 {
+		switch args[0] {
+		case "install":
+			return runInstall(args[1:], os.Stdout, os.Stderr)
+		case "uninstall":
+			return runUninstall(args[1:], os.Stdout, os.Stderr)
+		}
 	}
-	if version {
+	s := newSettings()
+	if err := s.fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if s.version {
+		// Before the config file: the upgrade probe runs `<new> --version`.
 		fmt.Println(Version)
-		return 0
+		return exitOK
 	}
-	switch {
-	case retention < 0:
-		fmt.Fprintf(os.Stderr, "drover-agent: --task-retention %s: want a duration of 0 (keep for ever) or more\n", retention)
-		return 2
-	case retention == 0:
-		o.TaskRetention = -1 // taskexec: keep for ever
-	default:
-		o.TaskRetention = retention
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if given["task-user"] {
-		u, err := taskexec.LookupUser(taskUser)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "drover-agent: --task-user: %v\n", err)
-			return 2
+	if s.config != "" {
+		if err := s.loadConfig(s.config, s.given()); err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
+			return exitUsage
 		}
-		if (u.UID == 0 || u.GID == 0) && !o.AllowRootTasks && os.Geteuid() == 0 {
-			fmt.Fprintf(os.Stderr, "drover-agent: --task-user %s is root: every task would run as root; add --allow-root-tasks if that is meant\n", taskUser)
-			return 2
+	}
+	o, err := s.options()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
+		return exitUsage
+	}
+	if s.checkConfig {
+		if err := s.printEffective(os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
+			return exitError
 		}
-		o.TaskUser = &u
+		return exitOK
 	}
-	if o.MaxArtifactBytes <= 0 {
-		fmt.Fprintf(os.Stderr, "drover-agent: --max-artifact-bytes %d: want a size in bytes above 0\n", o.MaxArtifactBytes)
-		return 2
+	o.Version = Version
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: s.level}))
+	if s.mq.Broker != "" && s.transport == "mqtt" {
+		s.mq.Node, s.mq.Logger = o.Node, o.Logger
+		o.Connect = mqttclient.Connector(s.mq)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "drover-agent: --log-level %q: want debug, info, warn or error\n", logLevel)
-		return 2
-	}
-	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	switch cgroups {
-	case "off":
-	case "auto", "required":
-		m, err := cgroup.New(cgroup.Options{Parent: cgParent, Logger: o.Logger})
+	if s.cgroups != "off" {
+		m, err := cgroup.New(cgroup.Options{Parent: s.cgParent, Logger: o.Logger})
 		switch {
 		case err == nil:
 			o.Cgroups = m
-		case cgroups == "required" || !errors.Is(err, cgroup.ErrUnavailable):
-			fmt.Fprintf(os.Stderr, "drover-agent: --cgroups %s: %v\n", cgroups, err)
-			return 2
+		case s.cgroups == "required" || !errors.Is(err, cgroup.ErrUnavailable):
+			fmt.Fprintf(os.Stderr, "drover-agent: --cgroups %s: %v\n", s.cgroups, err)
+			return exitUsage
 		default:
 			o.Logger.Warn("cgroups unavailable: task attempts run in process groups only, without resource limits (--cgroups=required refuses this)", "err", err)
 		}
-	default:
-		fmt.Fprintf(os.Stderr, "drover-agent: --cgroups %q: want auto, off or required\n", cgroups)
-		return 2
-	}
-	o.Version = Version
-	switch transport {
-	case "grpc":
-	case "mqtt":
-		if mq.Broker == "" {
-			fmt.Fprintln(os.Stderr, "drover-agent: --transport mqtt needs --mqtt-broker ssl://host:port")
-			return 2
-		}
-		if _, _, err := topics.BrokerURL(mq.Broker); err != nil {
-			fmt.Fprintf(os.Stderr, "drover-agent: --mqtt-broker: %v\n", err)
-			return 2
-		}
-		if _, err := topics.New(mq.Prefix); err != nil {
-			fmt.Fprintf(os.Stderr, "drover-agent: --mqtt-prefix: %v\n", err)
-			return 2
-		}
-		mq.Node, mq.Logger = o.Node, o.Logger
-		o.Connect = mqttclient.Connector(mq)
-	default:
-		fmt.Fprintf(os.Stderr, "drover-agent: --transport %q: want grpc or mqtt\n", transport)
-		return 2
-	}
-	o.HeartbeatInterval = heartbeat
-	for h := range strings.SplitSeq(hubs, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			o.Hubs = append(o.Hubs, h)
-		}
-	}
-	if labels != "" {
-		o.Labels = map[string]string{}
-		for kv := range strings.SplitSeq(labels, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				fmt.Fprintf(os.Stderr, "drover-agent: --labels %q: want k=v pairs separated by commas\n", kv)
-				return 2
-			}
-			o.Labels[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	extra, err := agent.ParseCapacity(capacity)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "drover-agent: --capacity %v\n", err)
-		return 2
-	}
-	if extra != nil {
-		o.Capacity = agent.DetectCapacity()
-		maps.Copy(o.Capacity, extra)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if s.metrics != "" {
+		o.Metrics = agent.NewMetrics(Version, time.Now())
+		l, err := net.Listen("tcp", s.metrics)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: --metrics-addr: %v\n", err)
+			return exitError
+		}
+		o.Logger.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
+		stopMetrics := serveMetrics(l, o.Metrics, o.Logger)
+		defer stopMetrics()
+	}
 	if err := agent.Run(ctx, o); err != nil {
-		var fatal *agent.FatalError
-		if errors.As(err, &fatal) {
-			fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
-			return 3
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped by a signal while waiting (to register, say): a clean
+			// stop, which Restart=on-failure must not answer with a restart.
+			return exitOK
 		}
 		fmt.Fprintf(os.Stderr, "drover-agent: %v\n", err)
-		return 1
+		var fatal *agent.FatalError
+		if errors.As(err, &fatal) {
+			return exitFatal
+		}
+		return exitError
 	}
-	return 0
+	return exitOK
+}
+
+// serveMetrics serves m on l until the returned func is called.
+//
+// It answers GET /metrics itself, one request per connection (Connection:
+// close, which Prometheus handles), instead of running an http.Server: the
+// server (with its HTTP/2 half) adds ~0.35 MiB to an agent that must stay
+// under 20 MiB. The request is still parsed by net/http's ReadRequest.
+func serveMetrics(l net.Listener, m *agent.Metrics, log *slog.Logger) (stop func()) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					log.Error("metrics listener stopped", "err", err)
+				}
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answerMetrics(conn, m)
+			}()
+		}
+	}()
+	return func() {
+		_ = l.Close()
+		wg.Wait() // each connection ends within its deadline
+	}
+}
+
+// metricsConnTimeout bounds one scrape's connection: a stalled client
+// cannot hold it, nor stop the agent from stopping.
+const metricsConnTimeout = 10 * time.Second
+
+func answerMetrics(conn net.Conn, m *agent.Metrics) {
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(metricsConnTimeout))
+	req, err := http.ReadRequest(bufio.NewReader(conn))
+	if err != nil {
+		return
+	}
+	status, ctype, body := http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", &bytes.Buffer{}
+	switch {
+	case req.URL.Path != "/metrics":
+		status, ctype = http.StatusNotFound, "text/plain; charset=utf-8"
+		body.WriteString("not found: the agent serves /metrics only\n")
+	case req.Method != http.MethodGet && req.Method != http.MethodHead:
+		status, ctype = http.StatusMethodNotAllowed, "text/plain; charset=utf-8"
+		body.WriteString("want GET\n")
+	default:
+		_ = m.Write(body)
+	}
+	fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		status, http.StatusText(status), ctype, body.Len())
+	if req.Method != http.MethodHead {
+		_, _ = conn.Write(body.Bytes())
+	}
 }

@@ -1,7 +1,10 @@
 package cmd
 
 import (
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -44,6 +47,73 @@ func TestBadCgroupFlags(t *testing.T) {
 	} {
 		if code := Main(append(args, "--state-dir", t.TempDir())); code != 2 {
 			t.Errorf("Main(%q) = %d, want 2", args, code)
+		}
+	}
+}
+
+// install takes the agent's own flags, checks them as the agent would, and
+// writes them into the config file the unit passes; the token goes to the
+// 0600 environment file. uninstall finds the state dir in that file.
+func TestInstallCommand(t *testing.T) {
+	root := t.TempDir()
+	var out, errb strings.Builder
+	code := runInstall([]string{"--root", root, "--hub", "h1:7443,h2:7443", "--token", "abcdef.0123456789abcdef",
+		"--labels", "site=berlin,room=2 b", "--state-dir", "/srv/drover", "--metrics-addr", "127.0.0.1:9464"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("install = %d, stderr:\n%s", code, errb.String())
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/drover-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\nExecStart=/usr/local/bin/drover-agent --config=/etc/drover-agent/agent.yaml\n"
+	if !strings.Contains(string(unit), want) {
+		t.Errorf("unit lacks %q:\n%s", want, unit)
+	}
+	cfg, err := os.ReadFile(filepath.Join(root, "etc/drover-agent/agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{`hub: "h1:7443,h2:7443"`, `labels: "site=berlin,room=2 b"`, "state-dir: /srv/drover", `metrics-addr: "127.0.0.1:9464"`} {
+		if !strings.Contains(string(cfg), "\n"+line+"\n") {
+			t.Errorf("installed config lacks %q:\n%s", line, cfg)
+		}
+	}
+	for name, text := range map[string][]byte{"unit": unit, "config": cfg} {
+		if strings.Contains(string(text), "abcdef") {
+			t.Errorf("the %s holds the token:\n%s", name, text)
+		}
+	}
+	// The installed file is one the agent accepts, meaning the same.
+	got, err := effective(t, "--config", filepath.Join(root, "etc/drover-agent/agent.yaml"))
+	if err != nil || !strings.Contains(got, "labels: \"site=berlin,room=2 b\"\n") {
+		t.Errorf("the agent reads the installed config as %v:\n%s", err, got)
+	}
+	if _, err := os.Stat(filepath.Join(root, "srv/drover")); err != nil {
+		t.Errorf("state dir from --state-dir not created: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--cgroups", "maybe"},
+		{"--version"},
+		{"extra-arg"},
+		{"--no-such-flag"},
+	} {
+		if code := runInstall(append([]string{"--root", t.TempDir()}, bad...), io.Discard, io.Discard); code != 2 {
+			t.Errorf("install %q = %d, want 2", bad, code)
+		}
+	}
+	if code := runUninstall([]string{"--root", root}, &out, &errb); code != 0 {
+		t.Errorf("uninstall = %d: %s", code, errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(root, "srv/drover")); err != nil {
+		t.Errorf("uninstall without --purge removed the state dir: %v", err)
+	}
+	if code := runUninstall([]string{"--root", root, "--purge"}, &out, &errb); code != 0 {
+		t.Errorf("uninstall --purge = %d: %s", code, errb.String())
+	}
+	for _, gone := range []string{"srv/drover", "srv/drover-work", "etc/drover-agent"} {
+		if _, err := os.Stat(filepath.Join(root, gone)); !os.IsNotExist(err) {
+			t.Errorf("uninstall --purge left /%s (the state dir named in the installed config): %v", gone, err)
 		}
 	}
 }
