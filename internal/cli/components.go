@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,7 @@ import (
 	"github.com/drover-fleet/drover/internal/manager"
 	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/signer"
+	"github.com/drover-fleet/drover/internal/statemetrics"
 	"github.com/drover-fleet/drover/internal/tenancy/tenancyadmit"
 )
 
@@ -205,20 +207,21 @@ type running struct {
 	hub       *hub.Hub
 	mqtt      *mqttbridge.Bridge // nil when MQTT is off
 	signer    *signer.Service    // nil without the manager
+	metrics   *metricsEndpoint   // nil with --metrics-bind-address 0
 }
 
 // newComponents builds a controller-runtime manager holding the manager's
 // controllers and/or a hub. Start it with mgr.Start(ctx).
 func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bool, log *slog.Logger) (*running, error) {
-	metricsAddr := c.metricsAddr
 	// A hub registers nodes in bursts (about a dozen requests each) and
 	// writes their transitions; the CLI's 50 requests/s would make a cold
 	// start of 10,000 nodes take 20 minutes.
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 500, 1000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  manager.Scheme(),
-		Metrics: metricsserver.Options{BindAddress: metricsAddr},
+		Scheme: manager.Scheme(),
+		// Served by metricsEndpoint, which tells the address it got.
+		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only Drover's own Secrets and Leases are ever read.
 			&corev1.Secret{}:        {Namespaces: map[string]cache.Config{c.namespace: {}}},
@@ -245,6 +248,12 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
 	r := &running{mgr: mgr}
+	if c.metricsAddr != "" && c.metricsAddr != "0" {
+		r.metrics = newMetricsEndpoint(c.metricsAddr, metrics.Registry)
+		if err := mgr.Add(r.metrics); err != nil {
+			return nil, fmt.Errorf("serve metrics: %w", err)
+		}
+	}
 	if withManager {
 		var admission *tenancyadmit.Options
 		if c.webhook.bind != "" {
@@ -256,6 +265,12 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			return nil, err
 		}
 		r.admission = parts.Admission
+		state := statemetrics.New(statemetrics.Options{Reader: mgr.GetCache(), Namespace: c.namespace, Elected: mgr.Elected(),
+			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true, Logger: log.With("component", "statemetrics")})
+		// A second manager in one process (tests) shares the first one's.
+		if err := metrics.Registry.Register(state); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return nil, fmt.Errorf("register the object metrics: %w", err)
+		}
 		bind := c.signer.bind
 		if bind == "0" {
 			bind = ""
@@ -365,6 +380,17 @@ func (r *running) webhookAddress(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("tenancy webhook did not start: %w", err)
 	}
 	return a.String(), nil
+}
+
+// metricsURL waits for the metrics endpoint to listen and returns its
+// URL; "" when metrics are off.
+func (r *running) metricsURL(ctx context.Context) (string, error) {
+	if r.metrics == nil {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return r.metrics.URL(ctx)
 }
 
 // hubAddress waits for the hub to listen and returns host:port.

@@ -79,6 +79,13 @@ func (o *partOptions) run(cmd *cobra.Command, withManager, withHub bool) error {
 			}
 		}()
 	}
+	if r.metrics != nil {
+		go func() {
+			if u, err := r.metricsURL(ctx); err == nil {
+				cmd.Printf("ready metrics=%s\n", u)
+			}
+		}()
+	}
 	if withHub {
 		go func() {
 			if addr, err := r.hubAddress(ctx); err == nil {

@@ -198,6 +198,10 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 	if err != nil {
 		return cmp.Or(g.Wait(), err)
 	}
+	metricsURL, err := r.metricsURL(ctx)
+	if err != nil {
+		return cmp.Or(g.Wait(), err)
+	}
 	kubeconfig, _ := filepath.Abs(cp.KubeconfigPath())
 	caAbs, _ := filepath.Abs(caFile)
 	fmt.Fprintf(o.out, "Drover is up (%.1fs).\n  kubeconfig: %s\n  hub:        %s\n", time.Since(began).Seconds(), kubeconfig, hubAddr)
@@ -208,8 +212,14 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 		fmt.Fprintf(o.out, "  signer:     %s (for `drover hub --signer`; `drover logs` finds it on drover-ca-bundle)\n", signerAddr)
 	}
 	fmt.Fprintf(o.out, "  agent CA:   %s\n  try:        kubectl --kubeconfig %s get fleetnodes\n", caAbs, kubeconfig)
+	if metricsURL != "" {
+		fmt.Fprintf(o.out, "  metrics:    %s (manager and hub; docs/monitoring.md)\n", metricsURL)
+	}
 	if signerAddr != "" {
 		fmt.Fprintf(o.out, "ready signer=%s\n", signerAddr)
+	}
+	if metricsURL != "" {
+		fmt.Fprintf(o.out, "ready metrics=%s\n", metricsURL)
 	}
 	// One machine-readable line for scripts and tests.
 	fmt.Fprintf(o.out, "ready kubeconfig=%s hub=%s ca=%s\n", kubeconfig, hubAddr, caAbs)

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 )
 
 // Metrics of the task controllers, in controller-runtime's registry (served
@@ -45,5 +47,13 @@ func registerMetrics() {
 		if err := metrics.Registry.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err) // a name clash is a programming error
 		}
+	}
+	// The reasons exist at zero from the start, so that dashboards and
+	// alerts (config/monitoring) find the series before the first failure.
+	for _, r := range []string{batchv1.ReasonAttemptsSpent, batchv1.ReasonNodeLost, ReasonDispatchTimeout} {
+		tasksFailed.WithLabelValues(r)
+	}
+	for _, r := range []string{batchv1.ReasonNodeLost, ReasonDispatchTimeout} {
+		taskReschedules.WithLabelValues(r)
 	}
 }
