@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -180,7 +181,37 @@ var _ slog.Handler = gatedHandler{}
 
 func (h gatedHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.h.Enabled(ctx, l) }
 
+// retried lists errors the embedded components log and then recover from
+// by themselves, which the operator can do nothing about: they stay in the
+// files. The garbage collector's graph builder, on a loaded machine, may
+// take longer than its sync allows; it says so as an error and syncs on
+// its next period.
+var retried = []string{
+	"timed out waiting for dependency graph builder sync during GC sync",
+}
+
+// isRetried reports whether r is one of the retried errors, in its message
+// or (utilruntime.HandleError's "Unhandled Error") in its err attribute.
+func isRetried(r slog.Record) bool {
+	texts := []string{r.Message}
+	r.Attrs(func(a slog.Attr) bool {
+		texts = append(texts, a.Value.String())
+		return true
+	})
+	for _, t := range texts {
+		for _, m := range retried {
+			if strings.Contains(t, m) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (h gatedHandler) Handle(ctx context.Context, r slog.Record) error {
+	if isRetried(r) {
+		return nil
+	}
 	h.g.mu.Lock()
 	switch h.g.state {
 	case gateStarting:
