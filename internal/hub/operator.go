@@ -200,7 +200,14 @@ func (h *Hub) authenticate(ctx context.Context) (*user, error) {
 				if err != nil {
 					return nil, status.Errorf(codes.Unauthenticated, "operator certificate: %v", err)
 				}
-				return &user{name: id.User, uid: id.UID, groups: id.Groups}, nil
+				u := &user{name: id.User, uid: id.UID, groups: id.Groups}
+				if m := id.ExtraMap(); m != nil {
+					u.extra = make(map[string]authzv1.ExtraValue, len(m))
+					for k, v := range m {
+						u.extra[k] = v
+					}
+				}
+				return u, nil
 			}
 			for _, chain := range ti.State.VerifiedChains {
 				if len(chain) > 0 && h.fromKubeCA(chain[len(chain)-1]) {

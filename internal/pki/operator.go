@@ -6,6 +6,7 @@ import (
 	"encoding/asn1"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -23,7 +24,9 @@ import (
 //     certificates never carry, is what a hub requires to read the
 //     identity; a node or hub certificate cannot pass for an operator;
 //   - the identity is in the extension oidOperatorIdentity (DER: SEQUENCE
-//     { user UTF8String, uid UTF8String, groups SEQUENCE OF UTF8String }),
+//     { user UTF8String, uid UTF8String, groups SEQUENCE OF UTF8String,
+//     extra SEQUENCE OF SEQUENCE { key UTF8String, values SEQUENCE OF
+//     UTF8String } (absent when empty) }),
 //     never in the subject, so that no name-based rule elsewhere (broker
 //     ACLs, kube client-CA rules) ever reads it.
 //
@@ -64,11 +67,45 @@ const (
 )
 
 // OperatorIdentity is who an operator certificate speaks for: a
-// TokenReview's user, without its extra fields.
+// TokenReview's user with its extra fields, which authorizers may read (a
+// scoped token's scopes, a service account token's credential id), so the
+// certificate never says more than the token did.
 type OperatorIdentity struct {
 	User   string `asn1:"utf8"`
 	UID    string `asn1:"utf8"`
 	Groups []string
+	Extra  []OperatorExtra `asn1:"optional"`
+}
+
+// OperatorExtra is one extra field of a user: a key and its values.
+type OperatorExtra struct {
+	Key    string `asn1:"utf8"`
+	Values []string
+}
+
+// ExtraMap is Extra as a map, the form SubjectAccessReviews take.
+func (id OperatorIdentity) ExtraMap() map[string][]string {
+	if len(id.Extra) == 0 {
+		return nil
+	}
+	m := make(map[string][]string, len(id.Extra))
+	for _, e := range id.Extra {
+		m[e.Key] = append(m[e.Key], e.Values...)
+	}
+	return m
+}
+
+// OperatorExtras turns a user's extra map into Extra, sorted by key so the
+// certificate is the same for the same user.
+func OperatorExtras(m map[string][]string) []OperatorExtra {
+	out := make([]OperatorExtra, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, OperatorExtra{Key: k, Values: slices.Clone(m[k])})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func (id OperatorIdentity) validate() error {
@@ -83,6 +120,19 @@ func (id OperatorIdentity) validate() error {
 	for _, g := range id.Groups {
 		if g == "" || len(g) > maxOperatorName {
 			return fmt.Errorf("operator identity: a group name is empty or longer than %d bytes", maxOperatorName)
+		}
+	}
+	if len(id.Extra) > maxOperatorGroups {
+		return fmt.Errorf("operator identity: %d extra fields, more than %d", len(id.Extra), maxOperatorGroups)
+	}
+	for _, e := range id.Extra {
+		if e.Key == "" || len(e.Key) > maxOperatorName || len(e.Values) > maxOperatorGroups {
+			return fmt.Errorf("operator identity: an extra field's key is empty or longer than %d bytes, or it has more than %d values", maxOperatorName, maxOperatorGroups)
+		}
+		for _, v := range e.Values {
+			if len(v) > maxOperatorName {
+				return fmt.Errorf("operator identity: extra %s has a value longer than %d bytes", e.Key, maxOperatorName)
+			}
 		}
 	}
 	return nil
@@ -110,11 +160,20 @@ func operatorTemplate(id OperatorIdentity) (*x509.Certificate, error) {
 	}
 	// Groups are written as UTF8Strings too: a group name need not be
 	// printable.
+	type extra struct {
+		Key    string `asn1:"utf8"`
+		Values []asn1.RawValue
+	}
+	extras := make([]extra, 0, len(id.Extra))
+	for _, e := range id.Extra {
+		extras = append(extras, extra{e.Key, utf8s(e.Values)})
+	}
 	ext, err := asn1.Marshal(struct {
 		User   string `asn1:"utf8"`
 		UID    string `asn1:"utf8"`
 		Groups []asn1.RawValue
-	}{id.User, id.UID, utf8s(id.Groups)})
+		Extra  []extra `asn1:"optional"`
+	}{id.User, id.UID, utf8s(id.Groups), extras})
 	if err != nil {
 		return nil, fmt.Errorf("encode the operator identity: %w", err)
 	}

@@ -2,6 +2,7 @@ package pki
 
 import (
 	"crypto/x509"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -26,6 +27,12 @@ func TestOperatorCertificate(t *testing.T) {
 	}{
 		{"groups", OperatorIdentity{User: "alice", UID: "u-1", Groups: []string{"devs", "system:authenticated", "ünïcode group"}}},
 		{"no groups, no uid", OperatorIdentity{User: "system:serviceaccount:team-a:reader"}},
+		// Extra fields are kept: an authorizer may restrict a token by
+		// them (scopes), so the certificate must carry them too.
+		{"extra", OperatorIdentity{User: "bob", Groups: []string{"devs"}, Extra: OperatorExtras(map[string][]string{
+			"scopes.authorization.openshift.io":          {"user:info"},
+			"authentication.kubernetes.io/credential-id": {"JTI=abc"},
+		})}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,7 +63,7 @@ func TestOperatorCertificate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.User != tt.id.User || got.UID != tt.id.UID || !slices.Equal(got.Groups, tt.id.Groups) {
+			if got.User != tt.id.User || got.UID != tt.id.UID || !slices.Equal(got.Groups, tt.id.Groups) || !reflect.DeepEqual(got.ExtraMap(), tt.id.ExtraMap()) {
 				t.Errorf("identity %+v, want %+v", got, tt.id)
 			}
 		})

@@ -64,6 +64,14 @@ func (s *Service) signOperator(ctx context.Context, req *signerv1.SignOperatorRe
 
 // reviewOperator finds who the operator is from its bearer token, with a
 // TokenReview whose answer is cached by the token's hash.
+// The bound of the TokenReviews of new operator tokens: far above what
+// people running `drover logs` make (a cached token costs none), far below
+// what would load an apiserver.
+const (
+	operatorReviewRate  = 20
+	operatorReviewBurst = 50
+)
+
 func (s *Service) reviewOperator(ctx context.Context) (pki.OperatorIdentity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var tok string
@@ -86,6 +94,10 @@ func (s *Service) reviewOperator(ctx context.Context) (pki.OperatorIdentity, err
 		}
 		return e.Value, nil
 	}
+	if !s.reviews.Allow() {
+		s.metrics.reviewsLimited.Inc()
+		return pki.OperatorIdentity{}, status.Error(codes.ResourceExhausted, "too many new tokens to review right now: retry in a second")
+	}
 	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
 	if err := s.opts.Client.Create(ctx, tr); err != nil {
 		return pki.OperatorIdentity{}, status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
@@ -101,7 +113,11 @@ func (s *Service) reviewOperator(ctx context.Context) (pki.OperatorIdentity, err
 		return pki.OperatorIdentity{}, err
 	}
 	u := tr.Status.User
-	id := pki.OperatorIdentity{User: u.Username, UID: u.UID, Groups: u.Groups}
+	extra := make(map[string][]string, len(u.Extra))
+	for k, v := range u.Extra {
+		extra[k] = v
+	}
+	id := pki.OperatorIdentity{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: pki.OperatorExtras(extra)}
 	s.operators.Accept(tok, id, now)
 	return id, nil
 }

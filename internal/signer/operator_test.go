@@ -64,6 +64,12 @@ func TestSignOperator(t *testing.T) {
 	if id.User != wantUser || id.UID == "" || !slices.Contains(id.Groups, "system:serviceaccounts:"+f.ns) {
 		t.Errorf("identity %+v: want %s with its uid and groups", id, wantUser)
 	}
+	// The token's extra fields go into the certificate (a service
+	// account token's credential id), so authorizers that read them see
+	// them at the hub too.
+	if len(id.ExtraMap()["authentication.kubernetes.io/credential-id"]) == 0 {
+		t.Errorf("identity %+v: want the token's extra authentication.kubernetes.io/credential-id", id)
+	}
 	// Ten minutes from signing (certificate times have whole seconds).
 	if lo, hi := before.Add(pki.OperatorValidity).Truncate(time.Second), after.Add(pki.OperatorValidity); leaf.NotAfter.Before(lo) || leaf.NotAfter.After(hi) {
 		t.Errorf("NotAfter %s, want between %s and %s (10 minutes after signing)", leaf.NotAfter, lo, hi)
@@ -187,4 +193,28 @@ func serve(t *testing.T, srv *grpc.Server) string {
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })
 	return lis.Addr().String()
+}
+
+// TestSignOperatorBoundsNewTokenReviews: new tokens cost a TokenReview
+// each, so past the review rate the signer refuses them (ResourceExhausted)
+// instead of passing a flood to the apiserver; a token it has cached
+// still works.
+func TestSignOperatorBoundsNewTokenReviews(t *testing.T) {
+	f := newFixture(t, "signer-review-rate", func(o *signer.Options) { o.OperatorReviewRate, o.OperatorReviewBurst = 0.001, 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	roots := f.bundlePool()
+	token := f.hubToken("reader", false)
+	if _, _, err := signer.OperatorCertificate(ctx, f.addr, roots, token); err != nil {
+		t.Fatalf("the first token: %v", err)
+	}
+	if _, _, err := signer.OperatorCertificate(ctx, f.addr, roots, "bad-token-1"); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the second token (within the burst): %v, want Unauthenticated", err)
+	}
+	if _, _, err := signer.OperatorCertificate(ctx, f.addr, roots, "bad-token-2"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a third new token past the burst: %v, want ResourceExhausted", err)
+	}
+	if _, _, err := signer.OperatorCertificate(ctx, f.addr, roots, token); err != nil {
+		t.Errorf("a cached token is not limited: %v", err)
+	}
 }

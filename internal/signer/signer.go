@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
@@ -69,9 +70,20 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the signer's metrics. Default: none.
 	Registerer prometheus.Registerer
+	// OperatorReviewRate and OperatorReviewBurst bound the TokenReviews
+	// of operator tokens the signer has not cached (per second, and the
+	// burst). Default: 20 and 50.
+	OperatorReviewRate  float64
+	OperatorReviewBurst int
 }
 
 func (o *Options) defaults() error {
+	if o.OperatorReviewRate <= 0 {
+		o.OperatorReviewRate, o.OperatorReviewBurst = operatorReviewRate, operatorReviewBurst
+	}
+	if o.OperatorReviewBurst <= 0 {
+		o.OperatorReviewBurst = 1
+	}
 	if o.Client == nil {
 		return errors.New("signer options: Client is required")
 	}
@@ -128,6 +140,10 @@ type Service struct {
 	// operators caches who presented a bearer token to SignOperator (a
 	// TokenReview only: operators need no access to the signer).
 	operators *tokencache.Cache[pki.OperatorIdentity]
+	// reviews bounds the TokenReviews SignOperator makes for tokens it has
+	// not cached: anyone who reaches the signer may call it, and a flood of
+	// new tokens must not become a flood of apiserver requests.
+	reviews *rate.Limiter
 
 	// changedMu guards changed, closed and replaced at each FleetNode
 	// event: requests waiting for the cache wake up and look again.
@@ -151,6 +167,7 @@ func New(opts Options) (*Service, error) {
 			Namespace: opts.Namespace, NegativeTTL: opts.TokenNegativeTTL, Clock: opts.Clock}),
 		callers:   tokencache.New[string](),
 		operators: tokencache.New[pki.OperatorIdentity](),
+		reviews:   rate.NewLimiter(rate.Limit(opts.OperatorReviewRate), opts.OperatorReviewBurst),
 		changed:   make(chan struct{}),
 		ready:     make(chan struct{}),
 	}
@@ -296,6 +313,9 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	liveReads prometheus.Counter
 	reviews   prometheus.Counter
+	// reviewsLimited counts new operator tokens refused by the review
+	// rate limit.
+	reviewsLimited prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -306,9 +326,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "FleetNode reads from the API to confirm a refusal the signer's cache was behind on."}),
 		reviews: prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_signer_access_reviews_total",
 			Help: "TokenReviews and SubjectAccessReviews the signer asked (its cache missed)."}),
+		reviewsLimited: prometheus.NewCounter(prometheus.CounterOpts{Name: "drover_signer_operator_reviews_limited_total",
+			Help: "Operator tokens SignOperator refused (ResourceExhausted) because new tokens came faster than it reviews them."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.liveReads, m.reviews)
+		reg.MustRegister(m.requests, m.liveReads, m.reviews, m.reviewsLimited)
 	}
 	return m
 }

@@ -70,7 +70,7 @@ type fixture struct {
 	log  *slog.Logger
 }
 
-func newFixture(t testing.TB, ns string) *fixture {
+func newFixture(t testing.TB, ns string, opts ...func(*signer.Options)) *fixture {
 	t.Helper()
 	e := testenv.Require(t, env)
 	ctx := context.Background()
@@ -89,8 +89,12 @@ func newFixture(t testing.TB, ns string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := signer.New(signer.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
-		Namespace: ns, BindAddress: "127.0.0.1:0", Hosts: []string{"127.0.0.1"}, CertificateValidity: time.Hour, Logger: f.log})
+	o := signer.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
+		Namespace: ns, BindAddress: "127.0.0.1:0", Hosts: []string{"127.0.0.1"}, CertificateValidity: time.Hour, Logger: f.log}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	svc, err := signer.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
