@@ -311,6 +311,12 @@ func (i *Instance) Stop(ctx context.Context, grace time.Duration) error {
 		i.rt.opts.Ports.Release(i.name)
 		return nil
 	case <-ctx.Done():
+		// The process was told to stop and is killed after grace: its
+		// port goes back when it has ended, not never.
+		go func() {
+			<-i.Done()
+			i.rt.opts.Ports.Release(i.name)
+		}()
 		return fmt.Errorf("instance %s: not stopped: %w", i.name, ctx.Err())
 	}
 }

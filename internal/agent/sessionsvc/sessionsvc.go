@@ -196,6 +196,11 @@ func (s *Service) Forget(instance, session string) {
 	defer s.mu.Unlock()
 	if e, ok := s.instances[instance]; ok {
 		e.sessions = slices.DeleteFunc(e.sessions, func(x string) bool { return x == session })
+		// Its undelivered commands go too: an instance that never reads
+		// them must not fill its queue with sessions long ended.
+		e.queue = slices.DeleteFunc(e.queue, func(m *sessionv1.AgentMessage) bool {
+			return m.GetSessionStart().GetSession() == session || m.GetSessionClose().GetSession() == session
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package sessionsvc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"reflect"
 	"sync"
@@ -202,5 +203,36 @@ func TestServiceRefusesStrangers(t *testing.T) {
 	defer cancel()
 	if err := c.Ready(ctx, "s1"); err == nil {
 		t.Fatal("a process outside the instance called SessionReady")
+	}
+}
+
+// TestForgetDropsUndeliveredCommands: an instance that never connects
+// does not keep the commands of sessions already forgotten, so its queue
+// does not fill up with them and refuse new sessions.
+func TestForgetDropsUndeliveredCommands(t *testing.T) {
+	svc, err := New(Options{Dir: shortDir(t) + "/s", Handler: newRecorder().handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	me := Owner{UID: os.Getuid(), GID: os.Getgid(), Member: func(pid int) bool { return pid == os.Getpid() }}
+	if _, err := svc.Serve("i1", me); err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < MaxQueued/2; n++ {
+		s := fmt.Sprintf("s%d", n)
+		if err := svc.Start("i1", s, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.CloseSession("i1", s); err != nil {
+			t.Fatal(err)
+		}
+		svc.Forget("i1", s)
+	}
+	if err := svc.Start("i1", "fresh", nil); err != nil {
+		t.Errorf("a new session after %d forgotten ones: %v", MaxQueued/2, err)
+	}
+	if got := svc.Sessions("i1"); len(got) != 1 || got[0] != "fresh" {
+		t.Errorf("sessions = %v, want [fresh]", got)
 	}
 }
