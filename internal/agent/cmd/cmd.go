@@ -83,8 +83,10 @@ func Main(args []string) int {
 			"a name given here overrides the detected value (memory=4Gi)")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 0, "override the hub's heartbeat interval")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; registration still uses --hub)")
-	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
+	fs.StringVar(&transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; with --hub, registration and renewal use --hub). "+
+		"--mqtt-broker without --hub implies mqtt")
+	fs.StringVar(&mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt. Without --hub: the hubs' embedded brokers, comma-separated, tried in turn; "+
+		"the agent registers (with --token), renews and works over MQTT only, and moves to the next broker when its hub dies")
 	fs.StringVar(&mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
 	fs.DurationVar(&retention, "task-retention", taskexec.DefaultRetention,
 		"how long an ended task attempt's dirs (its logs under --state-dir/tasks, its own dir under --work-dir) stay after the attempt ended "+
@@ -158,9 +160,41 @@ func Main(args []string) int {
 		return 2
 	}
 	o.Version = Version
-	switch transport {
-	case "grpc":
-	case "mqtt":
+	brokerOnly := mq.Broker != "" && !given["hub"]
+	if brokerOnly && given["transport"] && transport != "mqtt" {
+		fmt.Fprintf(os.Stderr, "drover-agent: --transport %s with --mqtt-broker and no --hub: give the hubs' gRPC addresses (--hub) or use --transport mqtt\n", transport)
+		return 2
+	}
+	switch {
+	case brokerOnly:
+		// A robot that reaches only the brokers: its hubs are the
+		// brokers; it registers as a joiner and renews over its session.
+		if _, err := topics.New(mq.Prefix); err != nil {
+			fmt.Fprintf(os.Stderr, "drover-agent: --mqtt-prefix: %v\n", err)
+			return 2
+		}
+		for b := range strings.SplitSeq(mq.Broker, ",") {
+			if b = strings.TrimSpace(b); b == "" {
+				continue
+			}
+			if _, _, err := topics.BrokerURL(b); err != nil {
+				fmt.Fprintf(os.Stderr, "drover-agent: --mqtt-broker: %v\n", err)
+				return 2
+			}
+			o.Hubs = append(o.Hubs, b)
+		}
+		prefix := mq.Prefix
+		mq.Broker, mq.Node, mq.Logger = "", o.Node, o.Logger
+		o.Connect = mqttclient.Connector(mq)
+		o.Register = mqttclient.Registrar(mqttclient.JoinOptions{Prefix: prefix, Logger: o.Logger})
+		o.RenewOverSession = true
+		hubs = ""
+	case transport == "grpc":
+	case transport == "mqtt":
+		if strings.Contains(mq.Broker, ",") {
+			fmt.Fprintln(os.Stderr, "drover-agent: --mqtt-broker with --hub takes one broker (an external one); several brokers are for agents without --hub")
+			return 2
+		}
 		if mq.Broker == "" {
 			fmt.Fprintln(os.Stderr, "drover-agent: --transport mqtt needs --mqtt-broker ssl://host:port")
 			return 2
