@@ -205,4 +205,3 @@ func (c *Client) CanRenew() bool { return true }
 func ErrorIsFinal(err error) bool {
 	return status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), ErrNoJoiners.Error())
 }
-
