@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -85,9 +86,16 @@ type Options struct {
 	Runners map[string]Runner
 	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;
 	// cfg holds the node's certificate and trusted CAs). Default: gRPC to
-	// hub. An MQTT agent sets mqttclient's (see cmd). Registration always
-	// uses gRPC to Hubs.
+	// hub. An MQTT agent sets mqttclient's (see cmd).
 	Connect Connector
+	// Register sends one registration to hub (an entry of Hubs), trusting
+	// roots. Default: the hub's gRPC Register. An agent that reaches only
+	// MQTT brokers sets mqttclient.Registrar (its Hubs are brokers' URLs).
+	Register Registrar
+	// RenewOverSession renews the certificate with the open session's
+	// client (an MQTT connection: a second one with the node's client id
+	// would replace the session's) instead of a gRPC call to a hub.
+	RenewOverSession bool
 	// Clock times heartbeats, reconnect and registration backoff, the
 	// hub's hello, log polls, task timeouts and the retention of task
 	// dirs, and stamps the agent DB. Default clock.Real().
@@ -102,6 +110,9 @@ type Options struct {
 // Connector opens the agent protocol to a hub. Closing the Closer ends the
 // connection.
 type Connector func(ctx context.Context, hub string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error)
+
+// Registrar sends one registration request to hub.
+type Registrar func(ctx context.Context, hub string, roots *x509.CertPool, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error)
 
 // Runner runs one work item to an end: the phase it returns is
 // PhaseSucceeded, PhaseFailed or PhaseCancelled (anything else is recorded
@@ -197,6 +208,9 @@ func (o *Options) defaults() error {
 	if o.Connect == nil {
 		o.Connect = connectGRPC
 	}
+	if o.Register == nil {
+		o.Register = registerGRPC
+	}
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -225,10 +239,11 @@ type Agent struct {
 	log  *slog.Logger
 	db   *store.Store
 
-	// mu guards heartbeat and hub.
+	// mu guards heartbeat, hub and client.
 	mu        sync.Mutex
 	heartbeat time.Duration
 	hub       string
+	client    agentv1.AgentHubClient // the open session's (RenewOverSession)
 
 	// reportMu makes taking an agent revision and queuing the report that
 	// carries it one step, so the outbox is in revision order (the hub

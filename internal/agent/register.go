@@ -120,7 +120,9 @@ func registerFatal(hub string, err error, keyPath string) error {
 		return &FatalError{fmt.Errorf("register with hub %s: %s; start the agent again with a valid token; "+
 			"a node that was waiting for approval keeps its place, its key is in %s",
 			hub, status.Convert(err).Message(), keyPath)}
-	case codes.PermissionDenied, codes.InvalidArgument:
+	case codes.PermissionDenied, codes.InvalidArgument, codes.FailedPrecondition:
+		// FailedPrecondition: a broker that admits no registration over
+		// MQTT (Mosquitto); its message says to register over gRPC.
 		return &FatalError{fmt.Errorf("register with hub %s: %s", hub, status.Convert(err).Message())}
 	}
 	return nil
@@ -174,6 +176,11 @@ func (a *Agent) registrationKey() (keyPEM, csr []byte, err error) {
 }
 
 func (a *Agent) registerOnce(ctx context.Context, hub string, roots *x509.CertPool, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
+	return a.opts.Register(ctx, hub, roots, req)
+}
+
+// registerGRPC is the default Registrar: the hub's gRPC Register.
+func registerGRPC(ctx context.Context, hub string, roots *x509.CertPool, req *agentv1.RegisterRequest) (*agentv1.RegisterResponse, error) {
 	conn, err := dial(hub, &tls.Config{RootCAs: roots, ServerName: hostOf(hub), MinVersion: tls.VersionTLS13})
 	if err != nil {
 		return nil, err

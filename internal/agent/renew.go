@@ -196,14 +196,25 @@ func (a *Agent) renewOnce(ctx context.Context, hub string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial(hub, a.tlsConfig(hub))
-	if err != nil {
-		return err
+	var c agentv1.AgentHubClient
+	if a.opts.RenewOverSession {
+		a.mu.Lock()
+		c, hub = a.client, a.hub
+		a.mu.Unlock()
+		if c == nil {
+			return status.Error(codes.Unavailable, "not connected to a hub: the certificate is renewed over the session's MQTT connection")
+		}
+	} else {
+		conn, err := dial(hub, a.tlsConfig(hub))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		c = agentv1.NewAgentHubClient(conn)
 	}
-	defer conn.Close()
 	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	resp, err := agentv1.NewAgentHubClient(conn).Renew(cctx, &agentv1.RenewRequest{Csr: csr})
+	resp, err := c.Renew(cctx, &agentv1.RenewRequest{Csr: csr})
 	if err != nil {
 		return fmt.Errorf("renew at hub %s: %w", hub, err)
 	}

@@ -66,8 +66,15 @@ func (a *Agent) session(ctx context.Context, hub string) error {
 		return classify(hub, err)
 	}
 	a.mu.Lock()
-	a.hub = hub
+	a.hub, a.client = hub, client
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		if a.client == client {
+			a.client = nil
+		}
+		a.mu.Unlock()
+	}()
 	if a.identity().Hub != hub {
 		if err := a.changeIdentity(ctx, func(id *store.Identity) { id.Hub = hub }); err != nil {
 			return err

@@ -47,6 +47,22 @@ func (h *Hub) Renew(ctx context.Context, req *agentv1.RenewRequest) (*agentv1.Re
 	return resp, err
 }
 
+// RenewPeer is Renew for a node another transport authenticated (the MQTT
+// bridge: the embedded broker verified the node's certificate, p.Key is its
+// key): the same limits, checks and answer.
+func (h *Hub) RenewPeer(ctx context.Context, p Peer, req *agentv1.RenewRequest) (*agentv1.RenewResponse, error) {
+	err := h.renewAllowed(p.Node)
+	var resp *agentv1.RenewResponse
+	if err == nil {
+		resp, err = h.renew(ctx, p, req)
+	}
+	h.metrics.renewals.WithLabelValues(status.Code(err).String()).Inc()
+	if err != nil {
+		h.log.Info("certificate renewal refused", "node", p.Node, "keySHA256", p.Key, "reason", status.Convert(err).Message(), "transport", "mqtt")
+	}
+	return resp, err
+}
+
 func (h *Hub) renewAllowed(node string) error {
 	if ok, retry := h.renewals.allow(node, h.opts.Clock.Now()); !ok {
 		return status.Errorf(codes.ResourceExhausted, "node %s renewed its certificate a moment ago; retry in %v",

@@ -94,7 +94,14 @@ func Main(args []string) int {
 	}
 	o.Version = Version
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: s.level}))
-	if s.mq.Broker != "" && s.transport == "mqtt" {
+	switch {
+	case s.brokerOnly():
+		mq := s.mq
+		mq.Broker, mq.Node, mq.Logger = "", o.Node, o.Logger
+		o.Connect = mqttclient.Connector(mq)
+		o.Register = mqttclient.Registrar(mqttclient.JoinOptions{Prefix: s.mq.Prefix, Logger: o.Logger})
+		o.RenewOverSession = true
+	case s.mq.Broker != "" && s.transport == "mqtt":
 		s.mq.Node, s.mq.Logger = o.Node, o.Logger
 		o.Connect = mqttclient.Connector(s.mq)
 	}

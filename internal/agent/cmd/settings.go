@@ -72,8 +72,10 @@ func newSettings() *settings {
 			"a name given here overrides the detected value (memory=4Gi)")
 	fs.DurationVar(&s.heartbeat, "heartbeat-interval", 0, "override the hub's heartbeat interval")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&s.transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; registration still uses --hub)")
-	fs.StringVar(&s.mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt")
+	fs.StringVar(&s.transport, "transport", "grpc", "how to carry the agent protocol: grpc (to --hub) or mqtt (to --mqtt-broker; with --hub, registration and renewal use --hub). "+
+		"--mqtt-broker without --hub implies mqtt")
+	fs.StringVar(&s.mq.Broker, "mqtt-broker", "", "MQTT broker URL ssl://host:port, for --transport mqtt. Without --hub: the hubs' embedded brokers, comma-separated, tried in turn; "+
+		"the agent registers (with --token), renews and works over MQTT only, and moves to the next broker when its hub dies")
 	fs.StringVar(&s.mq.Prefix, "mqtt-prefix", topics.DefaultPrefix, "MQTT topic prefix, for --transport mqtt")
 	fs.DurationVar(&s.retention, "task-retention", taskexec.DefaultRetention,
 		"how long an ended task attempt's dirs (its logs under --state-dir/tasks, its own dir under --work-dir) stay after the attempt ended "+
@@ -97,6 +99,10 @@ func newSettings() *settings {
 	fs.BoolVar(&s.checkConfig, "check-config", false, "check the settings (the config file, then the flags), print the effective ones as YAML and exit")
 	return s
 }
+
+// brokerOnly: an agent given brokers and no hub (on the command line or in
+// its config file) reaches its hubs through their brokers only.
+func (s *settings) brokerOnly() bool { return s.mq.Broker != "" && !s.given()["hub"] }
 
 // given is the set of flags set on the command line.
 func (s *settings) given() map[string]bool {
@@ -144,9 +150,31 @@ func (s *settings) options() (agent.Options, error) {
 	if p := s.cgParent; p != "" && (filepath.Clean("/"+p) != "/"+strings.Trim(p, "/") || strings.Contains(p, "..")) {
 		return o, fmt.Errorf("--cgroup-parent %q: want a clean path from the hierarchy root, without ..", p)
 	}
-	switch s.transport {
-	case "grpc":
-	case "mqtt":
+	brokerOnly := s.brokerOnly()
+	if brokerOnly && s.given()["transport"] && s.transport != "mqtt" {
+		return o, fmt.Errorf("--transport %s with --mqtt-broker and no --hub: give the hubs' gRPC addresses (--hub) or use --transport mqtt", s.transport)
+	}
+	switch {
+	case brokerOnly:
+		// A robot that reaches only the brokers: its hubs are the
+		// brokers; it registers as a joiner and renews over its session.
+		if _, err := topics.New(s.mq.Prefix); err != nil {
+			return o, fmt.Errorf("--mqtt-prefix: %w", err)
+		}
+		for b := range strings.SplitSeq(s.mq.Broker, ",") {
+			if b = strings.TrimSpace(b); b == "" {
+				continue
+			}
+			if _, _, err := topics.BrokerURL(b); err != nil {
+				return o, fmt.Errorf("--mqtt-broker: %w", err)
+			}
+			o.Hubs = append(o.Hubs, b)
+		}
+	case s.transport == "grpc":
+	case s.transport == "mqtt":
+		if strings.Contains(s.mq.Broker, ",") {
+			return o, errors.New("--mqtt-broker with --hub takes one broker (an external one); several brokers are for agents without --hub")
+		}
 		if s.mq.Broker == "" {
 			return o, errors.New("--transport mqtt needs --mqtt-broker ssl://host:port")
 		}
@@ -160,13 +188,15 @@ func (s *settings) options() (agent.Options, error) {
 		return o, fmt.Errorf("--transport %q: want grpc or mqtt", s.transport)
 	}
 	o.HeartbeatInterval = s.heartbeat
-	for h := range strings.SplitSeq(s.hubs, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			o.Hubs = append(o.Hubs, h)
+	if !brokerOnly {
+		for h := range strings.SplitSeq(s.hubs, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				o.Hubs = append(o.Hubs, h)
+			}
 		}
 	}
 	if len(o.Hubs) == 0 {
-		return o, errors.New("--hub: want at least one host:port")
+		return o, errors.New("--hub: want at least one host:port (or --mqtt-broker: at least one ssl://host:port)")
 	}
 	if s.labels != "" {
 		o.Labels = map[string]string{}

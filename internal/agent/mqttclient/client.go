@@ -11,9 +11,10 @@
 //     broker's queue for a client is full); the hub answers a repeat as a
 //     duplicate.
 //
-// Register is not carried: registration (bootstrap token -> certificate)
-// uses the hub's gRPC Register, because an external broker cannot check
-// bootstrap tokens.
+// Registration (bootstrap token -> certificate) is not carried by a
+// Client (its Register refuses) but by Join, on a connection without a
+// certificate that the hub's embedded broker confines to one join id's
+// topics (join.go). Renew is carried, on the node's renew topic.
 //
 // The package imports nothing from k8s.io, for drover-agent.
 package mqttclient
@@ -203,15 +204,10 @@ func (c *Client) failure() error {
 	return status.Error(codes.Unavailable, c.lost.Error())
 }
 
-// Register is not carried over MQTT.
+// Register is not carried on a node's connection: a machine registers
+// before it has the certificate that connection needs (Join).
 func (c *Client) Register(context.Context, *agentv1.RegisterRequest, ...grpc.CallOption) (*agentv1.RegisterResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "registration uses the hub's gRPC Register, not MQTT")
-}
-
-// Renew is not carried over MQTT: the agent renews its certificate with
-// the hub's gRPC Renew, as it registers.
-func (c *Client) Renew(context.Context, *agentv1.RenewRequest, ...grpc.CallOption) (*agentv1.RenewResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "certificate renewal uses the hub's gRPC Renew, not MQTT")
+	return nil, status.Error(codes.Unimplemented, "registration over MQTT uses a joiner's connection (mqttclient.Join), not a node's")
 }
 
 // topicFor is where env goes: heartbeats on the heartbeat topic, the rest on
@@ -452,13 +448,19 @@ func wait(ctx context.Context, tok paho.Token) error {
 }
 
 // Connector returns an agent.Connector (the agent package's type) that
-// connects to opts.Broker whichever hub the agent picked: the agent's
+// connects to opts.Broker whichever hub the agent picked, or, when
+// opts.Broker is empty, to the hub the agent picked as a broker URL (an
+// agent that reaches only brokers lists them as its hubs): the agent's
 // certificate and trusted CAs come from cfg, the TLS server name from the
 // broker's URL, and the node name (when opts has none) from the
 // certificate.
 func Connector(opts Options) func(ctx context.Context, hub string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error) {
-	return func(ctx context.Context, _ string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error) {
+	return func(ctx context.Context, hub string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error) {
 		o := opts
+		if o.Broker == "" {
+			// Broker-only agents: the agent's hubs are brokers' URLs.
+			o.Broker = hub
+		}
 		o.TLS = cfg.Clone()
 		o.TLS.ServerName = ""
 		// Brokers (Mosquitto) may not speak TLS 1.3 only; 1.2 is the floor.

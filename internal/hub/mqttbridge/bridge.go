@@ -90,6 +90,9 @@ type Bridge struct {
 	mu      sync.Mutex
 	nodes   map[string]*node
 	stopped bool
+
+	// joins queues joiners' registrations for the join workers (join.go).
+	joins chan joinRequest
 }
 
 // New checks opts.
@@ -130,6 +133,7 @@ func New(opts Options) (*Bridge, error) {
 		inflight: make(chan inflight, maxInflight),
 		halt:     make(chan struct{}),
 		nodes:    map[string]*node{},
+		joins:    make(chan joinRequest, joinQueue),
 		metrics:  newMetrics(opts.Registerer),
 	}, nil
 }
@@ -161,8 +165,10 @@ func (b *Bridge) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("mqtt broker: %w", err)
 		}
+		// Joiners: machines without a certificate may register over MQTT
+		// (join.go); the broker confines them to their join topics.
 		br, err := broker.Start(broker.Options{Address: b.opts.Listen, Certificate: serving, ClientCAs: b.hub.TrustedCAs,
-			Layout: b.layout, Logger: b.log, Admit: b.hub.AdmitKey})
+			Layout: b.layout, Logger: b.log, Admit: b.hub.AdmitKey, Joiners: true})
 		if err != nil {
 			return err
 		}
@@ -218,6 +224,13 @@ func (b *Bridge) Start(ctx context.Context) error {
 	cctx, stopConfirm := context.WithCancel(context.Background())
 	defer stopConfirm() // after the sessions stopped (below)
 	go b.confirm(cctx)
+	var joinWorkers sync.WaitGroup
+	defer joinWorkers.Wait()
+	jctx, stopJoins := context.WithCancel(ctx)
+	defer stopJoins()
+	for range joinWorkerCount {
+		joinWorkers.Go(func() { b.joinWork(jctx) })
+	}
 	defer close(b.halt)
 	select {
 	case <-subscribed:
@@ -273,6 +286,10 @@ func (n *node) stop() {
 }
 
 func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
+	if id, ok := b.layout.ParseJoin(m.Topic()); ok {
+		b.queueJoin(id, m.Payload())
+		return
+	}
 	kind, name := b.layout.Parse(m.Topic())
 	if kind == topics.KindNone {
 		return
@@ -343,9 +360,12 @@ func (b *Bridge) work(n *node) {
 			n.mu.Unlock()
 			return
 		case m := <-n.in:
-			if m.kind == topics.KindRegister {
+			switch m.kind {
+			case topics.KindRegister:
 				b.register(ctx, n, m.payload)
-			} else {
+			case topics.KindRenew:
+				b.renew(ctx, n, m.payload)
+			default:
 				b.handle(ctx, n, m.payload)
 			}
 		}

@@ -106,6 +106,7 @@ type stack struct {
 	layout                  topics.Layout
 	works                   *works
 	sink                    *sink
+	kill                    func()
 }
 
 // startStack runs a hub and its bridge against kind's broker: "embedded"
@@ -131,6 +132,9 @@ type stackOptions struct {
 	// hubClock is the hub's clock alone; the bridge keeps the wall clock.
 	// Default: the wall clock for both.
 	hubClock clock.Clock
+	// name is the hub's name, for several hubs in one namespace.
+	// Default: the namespace.
+	name string
 }
 
 // startStackOpts is startStack with o.
@@ -148,8 +152,12 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 		}
 	})
 	s.layout, _ = topics.New("")
+	name := ns
+	if o.name != "" {
+		name = o.name
+	}
 	h, err := hub.New(hub.Options{
-		Name: ns, Client: e.Client, Namespace: s.ns, ListenAddress: "127.0.0.1:0",
+		Name: name, Client: e.Client, Namespace: s.ns, ListenAddress: "127.0.0.1:0",
 		ServingHosts: []string{"127.0.0.1"}, Features: []hub.Feature{feature{s.works, s.sink}}, Logger: s.log.With("component", "hub"),
 		HeartbeatInterval: 2 * time.Second, OfflineTimeout: o.offline, Clock: o.hubClock,
 	})
@@ -157,7 +165,7 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	s.hub = h
-	run(t, "hub", h.Start)
+	stopHub := runStoppable(t, "hub", h.Start)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	a, err := h.Addr(ctx)
@@ -182,7 +190,10 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 	if s.bridge, err = mqttbridge.New(opts); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "bridge", s.bridge.Start)
+	stopBridge := runStoppable(t, "bridge", s.bridge.Start)
+	// kill stops the bridge (and its broker) and the hub, as a hub's death
+	// does.
+	s.kill = func() { stopBridge(); stopHub() }
 	if s.url, err = s.bridge.BrokerURL(ctx); err != nil {
 		t.Fatalf("bridge did not connect to its broker: %v", err)
 	}
@@ -191,20 +202,31 @@ func startStackOpts(t *testing.T, kind, ns string, o stackOptions) *stack {
 
 // run runs start until test cleanup, then checks it returned.
 func run(t *testing.T, what string, start func(context.Context) error) {
+	runStoppable(t, what, start)
+}
+
+// runStoppable is run, whose returned stop ends start earlier (and waits
+// for it); cleanup then does nothing more.
+func runStoppable(t *testing.T, what string, start func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("%s: %v", what, err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: %v", what, err)
+				}
+			case <-time.After(stopTimeout):
+				t.Errorf("%s still running %v after stop", what, stopTimeout)
 			}
-		case <-time.After(stopTimeout):
-			t.Errorf("%s still running %v after stop", what, stopTimeout)
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // startMosquitto runs mosquitto with the generated configuration on a free
@@ -281,11 +303,17 @@ func (s *stack) startMosquitto() string {
 // token creates an auto-approving bootstrap token.
 func (s *stack) token() string {
 	s.t.Helper()
+	return s.tokenWith(true)
+}
+
+// tokenWith creates a bootstrap token, auto-approving or not.
+func (s *stack) tokenWith(autoApprove bool) string {
+	s.t.Helper()
 	tok, err := bootstrap.Generate()
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	tok.AutoApprove = true
+	tok.AutoApprove = autoApprove
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
 	defer cancel()
 	if err := bootstrap.Create(ctx, s.c, s.ns, tok); err != nil {

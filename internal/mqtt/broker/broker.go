@@ -59,6 +59,17 @@ type Options struct {
 	// proves only that the CA once signed it. Default: any certificate of
 	// Drover's CA is admitted.
 	Admit func(ctx context.Context, node, key string) error
+	// Joiners admits clients without a certificate as joiners (package
+	// topics, join.go): machines that register over MQTT. Each is confined
+	// to its own join request and response topics, may hold no will, and
+	// is disconnected after JoinerLifetime. Default false: every client
+	// needs a certificate.
+	Joiners bool
+	// MaxJoiners bounds the joiners connected at once; more are refused
+	// (they connect again later). Default 256.
+	MaxJoiners int
+	// JoinerLifetime bounds one joiner's connection. Default 2 minutes.
+	JoinerLifetime time.Duration
 }
 
 // admitTimeout bounds one Admit call; a connect that cannot be decided is
@@ -79,6 +90,15 @@ type Broker struct {
 	// the new one is added), so NodeKey does not rely on it.
 	keysMu sync.Mutex
 	keys   map[string]admitted
+	// joiners are the connected joiners by join id (keysMu).
+	joiners map[string]*joiner
+}
+
+// joiner is a connected client without a certificate.
+type joiner struct {
+	cl    *mqtt.Client
+	addr  net.Addr
+	timer *time.Timer // ends the connection at JoinerLifetime
 }
 
 // admitted is a client the auth hook admitted.
@@ -121,14 +141,25 @@ func Start(opts Options) (*Broker, error) {
 	// messages in the broker.
 	caps.RetainAvailable = 0
 	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: slog.New(quiet{opts.Logger.Handler()})})
-	b := &Broker{srv: srv, log: opts.Logger, keys: map[string]admitted{}}
-	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout, admit: opts.Admit}, nil); err != nil {
+	if opts.MaxJoiners <= 0 {
+		opts.MaxJoiners = 256
+	}
+	if opts.JoinerLifetime <= 0 {
+		opts.JoinerLifetime = 2 * time.Minute
+	}
+	b := &Broker{srv: srv, log: opts.Logger, keys: map[string]admitted{}, joiners: map[string]*joiner{}}
+	if err := srv.AddHook(&authHook{b: b, layout: opts.Layout, admit: opts.Admit, opts: opts}, nil); err != nil {
 		return nil, fmt.Errorf("mqtt broker: %w", err)
 	}
 	tlsConfig := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS12,
+	}
+	if opts.Joiners {
+		// A certificate that is given must still verify; a client without
+		// one is a joiner, which the auth hook confines.
+		tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	if opts.CA != nil {
 		tlsConfig.ClientCAs = opts.CA.Pool()
@@ -198,6 +229,25 @@ func (b *Broker) NodeKey(node string) (string, bool) {
 	return a.key, true
 }
 
+// JoinerAddr is the remote address of the connected joiner with join id
+// id: the source the hub's registration limits count it under.
+func (b *Broker) JoinerAddr(id string) (net.Addr, bool) {
+	b.keysMu.Lock()
+	defer b.keysMu.Unlock()
+	j, ok := b.joiners[id]
+	if !ok || j.cl.Closed() {
+		return nil, false
+	}
+	return j.addr, true
+}
+
+// Joiners is how many joiners are connected.
+func (b *Broker) Joiners() int {
+	b.keysMu.Lock()
+	defer b.keysMu.Unlock()
+	return len(b.joiners)
+}
+
 // Refused is how many connections and topic accesses the broker refused.
 func (b *Broker) Refused() int64 { return b.refused.Load() }
 
@@ -236,7 +286,7 @@ func peerCert(cl *mqtt.Client) (*x509.Certificate, error) {
 	}
 	st := tc.ConnectionState()
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		return nil, errors.New("no verified client certificate")
+		return nil, errNoCertificate
 	}
 	return st.VerifiedChains[0][0], nil
 }
@@ -262,7 +312,11 @@ type authHook struct {
 	b      *Broker
 	layout topics.Layout
 	admit  func(ctx context.Context, node, key string) error
+	opts   Options
 }
+
+// errNoCertificate: the connection presented no client certificate.
+var errNoCertificate = errors.New("no verified client certificate")
 
 func (h *authHook) ID() string { return "drover-auth" }
 
@@ -278,6 +332,9 @@ func (h *authHook) Provides(b byte) bool {
 // here because mochi does not check it when it publishes it.
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	id, err := h.peerIdentity(cl)
+	if errors.Is(err, errNoCertificate) && h.opts.Joiners {
+		return h.admitJoiner(cl, pk)
+	}
 	if err == nil && !topics.ClientIDAllowed(id.user, id.hub, cl.ID) {
 		want := topics.AgentClientID(id.user)
 		if id.hub {
@@ -307,11 +364,64 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	return true
 }
 
+// admitJoiner admits a client without a certificate as a joiner: a join
+// client id, no will, room under MaxJoiners. Its lifetime is bounded, so
+// that idle joiners cannot hold every slot.
+func (h *authHook) admitJoiner(cl *mqtt.Client, pk packets.Packet) bool {
+	jid, ok := topics.JoinIDOf(cl.ID)
+	var err error
+	switch {
+	case !ok:
+		err = fmt.Errorf("client id %q: a client without a certificate must be a joiner (%s and 32 hex digits)", cl.ID, topics.JoinClientIDPrefix)
+	case pk.Connect.WillFlag:
+		err = errors.New("a joiner may not leave a will")
+	}
+	if err == nil {
+		h.b.keysMu.Lock()
+		switch old, taken := h.b.joiners[jid]; {
+		case taken && !old.cl.Closed():
+			err = errors.New("join id in use")
+		case len(h.b.joiners) >= h.opts.MaxJoiners:
+			err = fmt.Errorf("%d joiners connected already", len(h.b.joiners))
+		default:
+			j := &joiner{cl: cl, addr: cl.Net.Conn.RemoteAddr()}
+			j.timer = time.AfterFunc(h.opts.JoinerLifetime, func() {
+				cl.Stop(errors.New("joiner connected too long"))
+			})
+			h.b.joiners[jid] = j
+		}
+		h.b.keysMu.Unlock()
+	}
+	if err != nil {
+		h.b.refused.Add(1)
+		h.b.log.Warn("mqtt joiner refused", "remote", cl.Net.Remote, "client", clipped(cl.ID), "err", err)
+		return false
+	}
+	cl.Properties.Username = []byte(cl.ID)
+	h.b.log.Debug("mqtt joiner connected", "remote", cl.Net.Remote, "joinID", jid)
+	return true
+}
+
+// clipped is a client-chosen string as it may be logged.
+func clipped(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
 // OnDisconnect forgets a node client's key, unless a newer connection
-// took its id over.
+// took its id over, and a joiner.
 func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.b.keysMu.Lock()
 	defer h.b.keysMu.Unlock()
+	if jid, ok := topics.JoinIDOf(cl.ID); ok {
+		if j, ok := h.b.joiners[jid]; ok && j.cl == cl {
+			j.timer.Stop()
+			delete(h.b.joiners, jid)
+		}
+		return
+	}
 	if a, ok := h.b.keys[cl.ID]; ok && a.cl == cl {
 		delete(h.b.keys, cl.ID)
 	}
@@ -320,14 +430,24 @@ func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 // OnACLCheck applies the topic rule to a publish (write) or to a
 // subscription filter and each message delivered on it (read).
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	id, err := h.peerIdentity(cl)
-	if err != nil {
-		h.b.refused.Add(1)
-		return false
-	}
 	a := topics.Subscribe
 	if write {
 		a = topics.Publish
+	}
+	id, err := h.peerIdentity(cl)
+	if errors.Is(err, errNoCertificate) && h.opts.Joiners {
+		// Admitted as a joiner by its client id (admitJoiner).
+		jid, _ := topics.JoinIDOf(cl.ID)
+		if !h.layout.JoinerAllowed(jid, a, topic) {
+			h.b.refused.Add(1)
+			h.b.log.Warn("mqtt access refused to a joiner", "remote", cl.Net.Remote, "topic", clipped(topic), "publish", write)
+			return false
+		}
+		return true
+	}
+	if err != nil {
+		h.b.refused.Add(1)
+		return false
 	}
 	if !h.layout.Allowed(id.user, id.hub, a, topic) {
 		h.b.refused.Add(1)

@@ -30,6 +30,8 @@ type Response struct {
 	// Duplicate and FullSyncRequired are the SendResponse's fields.
 	Duplicate        bool `json:"duplicate,omitempty"`
 	FullSyncRequired bool `json:"fullSyncRequired,omitempty"`
+	// Renewed answers a Renewal: the protobuf RenewResponse.
+	Renewed []byte `json:"renewed,omitempty"`
 }
 
 // MaxControlBytes bounds a Register or Response message.

@@ -10,6 +10,8 @@
 //	p/nodes/{node}/tasks/{uid}/status agent -> hub  every other agent envelope (uid "-" when none)
 //	p/nodes/{node}/tasks/dispatch     hub -> agent  every hub envelope (snapshot, dispatch, cancel, config)
 //	p/nodes/{node}/response           hub -> agent  the Response to each agent envelope, and session ends
+//	p/renew/{node}                    agent -> hub  certificate renewal (Renewal), answered on the response topic
+//	p/join/{id}/request, .../response joiner <-> hub registration without a certificate (join.go)
 //
 // The K8s4r design has one shared register and heartbeat topic; here they
 // have a {node} level so that a broker ACL can tie them to the publisher's
@@ -130,9 +132,12 @@ func (l Layout) Dispatch(node string) string { return l.Prefix + "/nodes/" + nod
 // Response is the topic of the hub's answers to node.
 func (l Layout) Response(node string) string { return l.Prefix + "/nodes/" + node + "/response" }
 
+// Renew is node's certificate renewal topic.
+func (l Layout) Renew(node string) string { return l.Prefix + "/renew/" + node }
+
 // HubFilters are the subscriptions of a hub's bridge.
 func (l Layout) HubFilters() []string {
-	return []string{l.Prefix + "/register/+", l.Prefix + "/heartbeat/+", l.Prefix + "/nodes/+/tasks/+/status"}
+	return []string{l.Prefix + "/register/+", l.Prefix + "/heartbeat/+", l.Prefix + "/nodes/+/tasks/+/status", l.Prefix + "/renew/+", l.JoinFilter()}
 }
 
 // Kind is what an agent->hub topic carries.
@@ -144,6 +149,7 @@ const (
 	KindRegister
 	KindHeartbeat
 	KindStatus
+	KindRenew
 )
 
 // Parse returns the kind and node of an agent->hub topic, or KindNone for any
@@ -159,6 +165,8 @@ func (l Layout) Parse(topic string) (Kind, string) {
 		return KindRegister, lv[1]
 	case len(lv) == 2 && lv[0] == "heartbeat" && protocol.ValidNodeName(lv[1]) == nil:
 		return KindHeartbeat, lv[1]
+	case len(lv) == 2 && lv[0] == "renew" && protocol.ValidNodeName(lv[1]) == nil:
+		return KindRenew, lv[1]
 	case len(lv) == 5 && lv[0] == "nodes" && lv[2] == "tasks" && lv[3] != "" && lv[4] == "status" && protocol.ValidNodeName(lv[1]) == nil:
 		return KindStatus, lv[1]
 	}
@@ -217,6 +225,7 @@ topic readwrite %[1]s/#
 pattern write %[1]s/register/%%u
 pattern write %[1]s/heartbeat/%%u
 pattern write %[1]s/nodes/%%u/tasks/+/status
+pattern write %[1]s/renew/%%u
 pattern read %[1]s/nodes/%%u/tasks/dispatch
 pattern read %[1]s/nodes/%%u/response
 `, p, l.HubCN())

@@ -21,7 +21,10 @@ func TestLayout(t *testing.T) {
 		l.Status("n1", "a+#"):             "drover/nodes/n1/tasks/-/status",
 		l.Dispatch("n1"):                  "drover/nodes/n1/tasks/dispatch",
 		l.Response("n1"):                  "drover/nodes/n1/response",
-		strings.Join(l.HubFilters(), " "): "drover/register/+ drover/heartbeat/+ drover/nodes/+/tasks/+/status",
+		l.Renew("n1"):                     "drover/renew/n1",
+		l.JoinRequest("j1"):               "drover/join/j1/request",
+		l.JoinResponse("j1"):              "drover/join/j1/response",
+		strings.Join(l.HubFilters(), " "): "drover/register/+ drover/heartbeat/+ drover/nodes/+/tasks/+/status drover/renew/+ drover/join/+/request",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
@@ -190,5 +193,54 @@ func TestOperatorHasNoTopic(t *testing.T) {
 	}
 	if strings.Contains(l.MosquittoACL(), "user "+u) {
 		t.Error("the Mosquitto ACL names the operator user")
+	}
+}
+
+// TestJoinerRule: a joiner may use its own join topics only, a join id is
+// 32 hex digits, and a node may not use join topics.
+func TestJoinerRule(t *testing.T) {
+	l, _ := New("")
+	id, other := NewJoinID(), NewJoinID()
+	if !ValidJoinID(id) || id == other {
+		t.Fatalf("NewJoinID = %q, %q", id, other)
+	}
+	for _, bad := range []string{"", "abc", strings.Repeat("g", 32), strings.Repeat("A", 32), strings.Repeat("a", 33), strings.Repeat("a", 31) + "/"} {
+		if ValidJoinID(bad) {
+			t.Errorf("ValidJoinID(%q) = true", bad)
+		}
+	}
+	if got, ok := JoinIDOf(JoinClientID(id)); !ok || got != id {
+		t.Errorf("JoinIDOf = %q, %v", got, ok)
+	}
+	if got, ok := l.ParseJoin(l.JoinRequest(id)); !ok || got != id {
+		t.Errorf("ParseJoin = %q, %v", got, ok)
+	}
+	for _, tc := range []struct {
+		a     Access
+		topic string
+		want  bool
+	}{
+		{Publish, l.JoinRequest(id), true},
+		{Subscribe, l.JoinResponse(id), true},
+		{Publish, l.JoinResponse(id), false},
+		{Subscribe, l.JoinRequest(id), false},
+		{Publish, l.JoinRequest(other), false},
+		{Subscribe, l.JoinResponse(other), false},
+		{Subscribe, "drover/join/+/response", false},
+		{Subscribe, "drover/#", false},
+		{Publish, l.Register("n1"), false},
+	} {
+		if got := l.JoinerAllowed(id, tc.a, tc.topic); got != tc.want {
+			t.Errorf("JoinerAllowed(%v, %q) = %v, want %v", tc.a, tc.topic, got, tc.want)
+		}
+	}
+	if l.JoinerAllowed("not-an-id", Publish, "drover/join/not-an-id/request") {
+		t.Error("a bad join id was allowed its topic")
+	}
+	if l.Allowed("n1", false, Publish, l.JoinRequest(id)) || l.Allowed("n1", false, Subscribe, l.JoinResponse(id)) {
+		t.Error("a node may use join topics")
+	}
+	if !l.Allowed("n1", false, Publish, l.Renew("n1")) || l.Allowed("n1", false, Publish, l.Renew("n2")) {
+		t.Error("a node's renew topic rule is wrong")
 	}
 }
