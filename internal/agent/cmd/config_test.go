@@ -160,3 +160,43 @@ func TestInstallCopiesTheConfig(t *testing.T) {
 		t.Errorf("install with a bad config = %d, want 2", code)
 	}
 }
+
+// TestBrokerOnlySettings: brokers and no hub (by flag or config file) make
+// an agent that registers and works over MQTT only, its hubs the brokers;
+// the combinations that cannot work are refused naming the flag.
+func TestBrokerOnlySettings(t *testing.T) {
+	hubsOf := func(args ...string) ([]string, error) {
+		s := newSettings()
+		if err := s.fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if s.config != "" {
+			if err := s.loadConfig(s.config, s.given()); err != nil {
+				return nil, err
+			}
+		}
+		o, err := s.options()
+		return o.Hubs, err
+	}
+	for _, args := range [][]string{
+		{"--mqtt-broker", "ssl://a.example.com:8883, ssl://b.example.com:8883"},
+		{"--config", writeConfig(t, "mqtt-broker: ssl://a.example.com:8883,ssl://b.example.com:8883\n")},
+	} {
+		hubs, err := hubsOf(args...)
+		if err != nil || len(hubs) != 2 || hubs[0] != "ssl://a.example.com:8883" || hubs[1] != "ssl://b.example.com:8883" {
+			t.Errorf("%v: hubs %v (%v), want the two brokers", args, hubs, err)
+		}
+	}
+	if hubs, err := hubsOf("--hub", "h:7443", "--transport", "mqtt", "--mqtt-broker", "ssl://a:8883"); err != nil || len(hubs) != 1 || hubs[0] != "h:7443" {
+		t.Errorf("with --hub, the hub stays the hub: %v (%v)", hubs, err)
+	}
+	for wantErr, args := range map[string][]string{
+		"--transport grpc": {"--mqtt-broker", "ssl://a:8883", "--transport", "grpc"},
+		"takes one broker": {"--hub", "h:7443", "--transport", "mqtt", "--mqtt-broker", "ssl://a:8883,ssl://b:8883"},
+		"--mqtt-broker":    {"--mqtt-broker", "tcp://a:1883"},
+	} {
+		if _, err := hubsOf(args...); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%v: %v, want an error naming %q", args, err, wantErr)
+		}
+	}
+}
