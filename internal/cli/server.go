@@ -131,6 +131,9 @@ func (o *serverOptions) Run(ctx context.Context, ready func(context.Context, ser
 		stopCP()
 		return err
 	}
+	// From the stop on, what the components log while the manager, hubs
+	// and agents go down is shutdown noise: it stays in the files.
+	defer context.AfterFunc(ctx, cp.Quiet)()
 	defer func() {
 		stopCP()
 		if err := cp.Wait(); err != nil && ctx.Err() == nil {

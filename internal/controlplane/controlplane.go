@@ -86,7 +86,16 @@ type ControlPlane struct {
 	done chan struct{}
 	// err is written once before done is closed.
 	err error
+	// gate forwards the embedded components' errors to the Logger.
+	gate *errGate
 }
+
+// Quiet stops forwarding the embedded components' errors to the Logger
+// (they stay in apiserver.log and etcd.log). A process shutting down calls
+// it first: the informers and controllers it stops before the control
+// plane log errors (caches that never synced, closed watches) that say
+// nothing about a fault.
+func (c *ControlPlane) Quiet() { c.gate.stopping() }
 
 // started guards the one-per-process rule; see the package doc.
 var started atomic.Bool
@@ -163,6 +172,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		restConfig:     adminRESTConfig(host, p),
 		kubeconfigPath: filepath.Join(opts.DataDir, "kubeconfig"),
 		done:           make(chan struct{}),
+		gate:           gate,
 	}
 
 	// stop tears down after a failed start: apiserver first, then etcd.
