@@ -148,8 +148,9 @@ func (r *Runtime) Start(ctx context.Context, spec Spec) (*Instance, error) {
 	}
 	i := &Instance{rt: r, name: spec.Name, port: port, proc: proc, dir: dir, env: env}
 	if st, err := os.Stat(dir); err == nil && os.Geteuid() == 0 {
-		// The driver made the dir its user's: probes run as the same user.
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		// The driver made the dir its user's: probes run as the same user
+		// (never as root: execProbe refuses to, see there).
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
 			i.cred = &syscall.Credential{Uid: sys.Uid, Gid: sys.Gid, NoSetGroups: false, Groups: []uint32{}}
 		}
 	}

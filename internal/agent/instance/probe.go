@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -95,6 +96,12 @@ func (i *Instance) Probe(ctx context.Context, p Probe) error {
 
 // execProbe runs argv as the instance's user, in its dir and cgroup.
 func (i *Instance) execProbe(ctx context.Context, argv []string) error {
+	if i.cred == nil && os.Geteuid() == 0 {
+		// The instance's user is unknown (its dir is root's, or could
+		// not be read): an application's probe command must not run as
+		// the agent, root.
+		return errors.New("exec probe: refused: it would run as root (the instance's dir is not owned by its user)")
+	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
