@@ -10,15 +10,12 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	authnv1 "k8s.io/api/authentication/v1"
 
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/pki"
@@ -62,8 +59,6 @@ func (s *Service) signOperator(ctx context.Context, req *signerv1.SignOperatorRe
 	return &signerv1.SignOperatorResponse{Chain: append([][]byte{der}, t.Cross...), User: id.User}, nil
 }
 
-// reviewOperator finds who the operator is from its bearer token, with a
-// TokenReview whose answer is cached by the token's hash.
 // The bound of the TokenReviews of new operator tokens: far above what
 // people running `drover logs` make (a cached token costs none), far below
 // what would load an apiserver.
@@ -72,15 +67,10 @@ const (
 	operatorReviewBurst = 50
 )
 
+// reviewOperator finds who the operator is from its bearer token, with a
+// TokenReview whose answer is cached by the token's hash.
 func (s *Service) reviewOperator(ctx context.Context) (pki.OperatorIdentity, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	var tok string
-	for _, v := range md.Get("authorization") {
-		if t, ok := strings.CutPrefix(v, "Bearer "); ok && t != "" {
-			tok = t
-			break
-		}
-	}
+	tok := bearerToken(ctx)
 	switch {
 	case tok == "":
 		return pki.OperatorIdentity{}, status.Error(codes.Unauthenticated, "present your bearer token (your kubeconfig's)")
@@ -98,26 +88,14 @@ func (s *Service) reviewOperator(ctx context.Context) (pki.OperatorIdentity, err
 		s.metrics.reviewsLimited.Inc()
 		return pki.OperatorIdentity{}, status.Error(codes.ResourceExhausted, "too many new tokens to review right now: retry in a second")
 	}
-	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
-	if err := s.opts.Client.Create(ctx, tr); err != nil {
-		return pki.OperatorIdentity{}, status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
-	}
-	s.metrics.reviews.Inc()
-	if !tr.Status.Authenticated {
-		msg := "the bearer token is not valid"
-		if tr.Status.Error != "" {
-			msg += ": " + tr.Status.Error
+	u, err := s.reviewToken(ctx, tok)
+	if err != nil {
+		if status.Code(err) == codes.Unauthenticated {
+			s.operators.Refuse(tok, err, now)
 		}
-		err := status.Error(codes.Unauthenticated, msg)
-		s.operators.Refuse(tok, err, now)
 		return pki.OperatorIdentity{}, err
 	}
-	u := tr.Status.User
-	extra := make(map[string][]string, len(u.Extra))
-	for k, v := range u.Extra {
-		extra[k] = v
-	}
-	id := pki.OperatorIdentity{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: pki.OperatorExtras(extra)}
+	id := pki.OperatorIdentity{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: pki.OperatorExtras(extraMap(u.Extra))}
 	s.operators.Accept(tok, id, now)
 	return id, nil
 }

@@ -27,17 +27,49 @@ const (
 	accessSubresource = "certificate"
 )
 
+// bearerToken is the call's bearer token, "" without one.
+func bearerToken(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if t, ok := strings.CutPrefix(v, "Bearer "); ok && t != "" {
+			return t
+		}
+	}
+	return ""
+}
+
+// reviewToken asks the API server who tok is (a TokenReview, counted). A
+// token it does not authenticate is Unauthenticated, for the caller to
+// cache; an API server that cannot answer is Unavailable, not cached.
+func (s *Service) reviewToken(ctx context.Context, tok string) (authnv1.UserInfo, error) {
+	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
+	if err := s.opts.Client.Create(ctx, tr); err != nil {
+		return authnv1.UserInfo{}, status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
+	}
+	s.metrics.reviews.Inc()
+	if !tr.Status.Authenticated {
+		msg := "the bearer token is not valid"
+		if tr.Status.Error != "" {
+			msg += ": " + tr.Status.Error
+		}
+		return authnv1.UserInfo{}, status.Error(codes.Unauthenticated, msg)
+	}
+	return tr.Status.User, nil
+}
+
+// extraMap is a user's extra fields as plain string lists.
+func extraMap(e map[string]authnv1.ExtraValue) map[string][]string {
+	m := make(map[string][]string, len(e))
+	for k, v := range e {
+		m[k] = v
+	}
+	return m
+}
+
 // authorize finds who calls, from its bearer token, and checks it may use
 // the signer; both answers are cached by token.
 func (s *Service) authorize(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	var tok string
-	for _, v := range md.Get("authorization") {
-		if t, ok := strings.CutPrefix(v, "Bearer "); ok && t != "" {
-			tok = t
-			break
-		}
-	}
+	tok := bearerToken(ctx)
 	if tok == "" {
 		return "", status.Error(codes.Unauthenticated, "present the hub's bearer token (its ServiceAccount's)")
 	}
@@ -48,21 +80,13 @@ func (s *Service) authorize(ctx context.Context) (string, error) {
 		}
 		return e.Value, nil
 	}
-	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
-	if err := s.opts.Client.Create(ctx, tr); err != nil {
-		return "", status.Errorf(codes.Unavailable, "check the bearer token with a TokenReview: %v", err)
-	}
-	s.metrics.reviews.Inc()
-	if !tr.Status.Authenticated {
-		msg := "the bearer token is not valid"
-		if tr.Status.Error != "" {
-			msg += ": " + tr.Status.Error
+	u, err := s.reviewToken(ctx, tok)
+	if err != nil {
+		if status.Code(err) == codes.Unauthenticated {
+			s.callers.Refuse(tok, err, now)
 		}
-		err := status.Error(codes.Unauthenticated, msg)
-		s.callers.Refuse(tok, err, now)
 		return "", err
 	}
-	u := tr.Status.User
 	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: map[string]authzv1.ExtraValue{},
 		ResourceAttributes: &authzv1.ResourceAttributes{Verb: accessVerb, Group: fleetv1.GroupVersion.Group,

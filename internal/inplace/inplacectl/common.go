@@ -1,13 +1,18 @@
 package inplacectl
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
@@ -79,4 +84,21 @@ func (o Options) reader() client.Reader {
 		return o.APIReader
 	}
 	return o.Client
+}
+
+// templateSpec reads the template ref names and returns its
+// spec.template.spec (Cluster API's template convention), empty if it has
+// none: what an updater's task or an external remediation is made from.
+func templateSpec(ctx context.Context, c client.Reader, ref updatev1.ObjectRef) (map[string]any, error) {
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetAPIVersion(ref.APIVersion)
+	tmpl.SetKind(ref.Kind)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, tmpl); err != nil {
+		return nil, fmt.Errorf("get template %s %s: %w", ref.Kind, ref.Name, err)
+	}
+	spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec", "template", "spec")
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	return spec, nil
 }

@@ -195,15 +195,9 @@ func (i *nhcImpl) Remediate(ctx context.Context, logger logr.Logger) (reconcile.
 // object of ref's kind without "Template", named after the node, with the
 // template's spec.template.spec (Cluster API's external remediation).
 func (i *nhcImpl) createRemediation(ctx context.Context, n *fleetv1.FleetNode, ref updatev1.ObjectRef) error {
-	tmpl := &unstructured.Unstructured{}
-	tmpl.SetAPIVersion(ref.APIVersion)
-	tmpl.SetKind(ref.Kind)
-	if err := i.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, tmpl); err != nil {
-		return fmt.Errorf("get remediation template %s %s: %w", ref.Kind, ref.Name, err)
-	}
-	spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec", "template", "spec")
-	if spec == nil {
-		spec = map[string]any{}
+	spec, err := templateSpec(ctx, i.Client, ref)
+	if err != nil {
+		return fmt.Errorf("remediation: %w", err)
 	}
 	r := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	r.SetGroupVersionKind(TaskGVK(ref))

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -247,16 +248,9 @@ func (i *nodeImpl) SyncTasks(ctx context.Context, logger logr.Logger) (reconcile
 // createTask makes updater u's task from its template: the template's
 // spec.template.spec, the contract's labels, the node as owner.
 func (i *nodeImpl) createTask(ctx context.Context, u updatev1.Updater) error {
-	ref := u.UpdaterUpdateTemplateRef
-	tmpl := &unstructured.Unstructured{}
-	tmpl.SetAPIVersion(ref.APIVersion)
-	tmpl.SetKind(ref.Kind)
-	if err := i.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, tmpl); err != nil {
-		return fmt.Errorf("get template %s %s: %w", ref.Kind, ref.Name, err)
-	}
-	spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec", "template", "spec")
-	if spec == nil {
-		spec = map[string]any{}
+	spec, err := templateSpec(ctx, i.Client, u.UpdaterUpdateTemplateRef)
+	if err != nil {
+		return err
 	}
 	spec["updatePhase"] = string(updatev1.PhaseUpdating)
 	var resp []any
@@ -304,7 +298,7 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 		}
 		n.Annotations[annotationFailedUpdater] = d.FailedUpdater
 	}
-	if !equalStrings(before.Labels, n.Labels) || !equalStrings(before.Annotations, n.Annotations) {
+	if !maps.Equal(before.Labels, n.Labels) || !maps.Equal(before.Annotations, n.Annotations) {
 		if err := i.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return requeueOnConflict(err)
 		}
@@ -347,16 +341,4 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 		after = d.RequeueAfter
 	}
 	return ctrlkit.RequeueAfter(after)
-}
-
-func equalStrings(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
