@@ -71,6 +71,9 @@ type NodeView struct {
 	// CordonedByUpdate: the pool cordoned the node for its update (an
 	// operator's own cordon is not marked, and stays).
 	CordonedByUpdate bool
+	// Started is when the node's current update started (zero if none):
+	// the rollout rate counts the plan's recent starts.
+	Started time.Time
 }
 
 // inFlight: the pool asked the node to update or abort and it has not ended.
@@ -92,6 +95,11 @@ type PoolInput struct {
 	// Budget caps how many more nodes may start (the plan's maxInFlight
 	// left); negative means no cap.
 	Budget int
+	// Window is the pool's maintenance windows at Now (nil: none set).
+	Window *WindowState
+	// Rollout is the pool's rollout rate and abort threshold (nil: none).
+	Rollout *updatev1.Rollout
+	Now     time.Time
 }
 
 // PoolDecision is what a pool does next.
@@ -138,9 +146,23 @@ func StepPool(in PoolInput) PoolDecision {
 		}
 	}
 
-	var inFlight, other, failed int
+	var inFlight, other, failed, planUpdated int
 	var failure *NodeView
+	var started []time.Time
 	for i, n := range nodes {
+		if n.Plan == in.Plan && in.Plan != "" {
+			switch {
+			case !n.Started.IsZero():
+				started = append(started, n.Started)
+			case n.inFlight():
+				// Picked, and its node controller has not stamped the
+				// start yet: it counts as started now.
+				started = append(started, in.Now)
+			}
+			if n.UpdateStatus == updatev1.StatusUpdated && n.AtRevision {
+				planUpdated++
+			}
+		}
 		switch {
 		case n.AtRevision && !n.inFlight():
 			d.Updated++
@@ -188,10 +210,14 @@ func StepPool(in PoolInput) PoolDecision {
 	}
 
 	// updating
-	if failed > 0 {
-		// A terminal failure stops new picks; what runs finishes.
+	if stop, why := OverAbortThreshold(in.Rollout, failed, planUpdated+failed); stop {
+		// A terminal failure (or, with a rollout, enough of them) stops
+		// new picks; what runs finishes.
 		d.Reason = updatev1.ReasonUpdaterFailed
 		d.Message = fmt.Sprintf("node %s: updater %s failed: %s", failure.Name, failure.FailedUpdater, failure.FailedReason)
+		if why != "" {
+			d.Reason, d.Message = updatev1.ReasonAbortThreshold, why+"; first: "+d.Message
+		}
 		if inFlight > 0 {
 			d.Status = updatev1.StatusUpdating
 		} else {
@@ -209,6 +235,10 @@ func StepPool(in PoolInput) PoolDecision {
 	if len(candidates) == 0 && inFlight == 0 {
 		d.Status, d.Reason = updatev1.StatusUpdated, updatev1.ReasonUpdated
 		d.Message = fmt.Sprintf("%d node(s) at the pool's template", d.Nodes)
+		if failed > 0 {
+			d.Message = fmt.Sprintf("%d of %d node(s) at the pool's template; %d failed, under the rollout's abort threshold (first: node %s, updater %s: %s)",
+				d.Updated, d.Nodes, failed, failure.Name, failure.FailedUpdater, failure.FailedReason)
+		}
 		return d
 	}
 	d.Status, d.Reason = updatev1.StatusUpdating, updatev1.ReasonUpdating
@@ -227,9 +257,24 @@ func StepPool(in PoolInput) PoolDecision {
 	if free <= 0 {
 		return d
 	}
+	if in.Window != nil {
+		if reason, why, after := in.Window.Blocked(in.Now); reason != "" {
+			d.Blocked, d.BlockedWhy, d.RequeueAfter = reason, why, after
+			return d
+		}
+	}
 	if reason, why := preflight(nodes, in.Plan); reason != "" {
 		d.Blocked, d.BlockedWhy, d.RequeueAfter = reason, why, PreflightRequeue
 		return d
+	}
+	if in.Rollout != nil {
+		allowed, rate, after := RolloutAllowance(in.Rollout, in.Now, started, planUpdated)
+		if allowed == 0 {
+			d.Blocked, d.RequeueAfter = updatev1.ReasonRolloutRate, after
+			d.BlockedWhy = fmt.Sprintf("rollout rate of %d node(s) per minute (after %d updated) reached; the next may start in %s", rate, planUpdated, after.Round(time.Second))
+			return d
+		}
+		free = min(free, allowed)
 	}
 	if len(candidates) > free {
 		candidates = candidates[:free]

@@ -3,6 +3,7 @@ package inplace
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -113,6 +114,86 @@ func TestStepPoolUncordonsOnlyWhatItCordoned(t *testing.T) {
 			d := StepPool(PoolInput{Plan: "p", Phase: tt.phase, Nodes: nodes, Budget: -1})
 			if !reflect.DeepEqual(d.Uncordon, tt.want) {
 				t.Errorf("StepPool().Uncordon = %v, want %v", d.Uncordon, tt.want)
+			}
+		})
+	}
+}
+
+func TestStepPoolWindowsAndRollout(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	closed := &WindowState{Next: now.Add(14 * time.Hour)}
+	open := &WindowState{Open: true, Until: now.Add(time.Hour)}
+	started := func(n NodeView, ago time.Duration, st updatev1.UpdateStatus) NodeView {
+		n.Plan, n.UpdatePhase, n.UpdateStatus, n.Started = "p", updatev1.PhaseUpdating, st, now.Add(-ago)
+		n.AtRevision = st == updatev1.StatusUpdated
+		return n
+	}
+	failedNode := func(name string) NodeView {
+		n := started(NodeView{Name: name, Ready: true}, time.Hour, updatev1.StatusFailed)
+		n.FailedUpdater, n.FailedReason = "agent", "boom"
+		return n
+	}
+	hundred := intstr.FromString("100%")
+	all := updatev1.UpdateStrategy{Type: updatev1.StrategyMaxUnavailable, MaxUnavailable: &hundred}
+	rate2 := &updatev1.Rollout{BaseRatePerMinute: 2, SucceededPerIncrease: 2}
+	tolerant := &updatev1.Rollout{BaseRatePerMinute: 100, AbortThresholdPercent: 50, MinEndedForAbort: 2}
+	tests := []struct {
+		name        string
+		in          PoolInput
+		wantStart   []string
+		wantStatus  updatev1.UpdateStatus
+		wantReason  string
+		wantBlocked string
+		wantAfter   time.Duration
+	}{
+		{"outside every window: nothing starts until the next opens",
+			PoolInput{Window: closed, Nodes: ready("a", "b")},
+			nil, updatev1.StatusUpdating, updatev1.ReasonUpdating, updatev1.ReasonOutsideWindow, 14 * time.Hour},
+		{"inside a window: starts",
+			PoolInput{Window: open, Nodes: ready("a", "b")},
+			[]string{"a"}, updatev1.StatusUpdating, updatev1.ReasonUpdating, "", 0},
+		{"a window closing does not stop a running node, and the pool still ends",
+			PoolInput{Window: closed, Nodes: []NodeView{started(NodeView{Name: "a", Ready: true}, time.Hour, updatev1.StatusUpdated)}},
+			nil, updatev1.StatusUpdated, updatev1.ReasonUpdated, "", 0},
+		{"rollout: base rate 2 caps a 100% strategy",
+			PoolInput{Strategy: all, Rollout: rate2, Nodes: ready("a", "b", "c", "d", "e")},
+			[]string{"a", "b"}, updatev1.StatusUpdating, updatev1.ReasonUpdating, "", 0},
+		{"rollout: the rate is used up this minute",
+			PoolInput{Strategy: all, Rollout: rate2, Nodes: append([]NodeView{
+				started(NodeView{Name: "a", Ready: true}, 20*time.Second, updatev1.StatusUpdating),
+				started(NodeView{Name: "b", Ready: true}, 50*time.Second, updatev1.StatusUpdating)}, ready("c", "d")...)},
+			nil, updatev1.StatusUpdating, updatev1.ReasonUpdating, updatev1.ReasonRolloutRate, 10 * time.Second},
+		{"rollout: two successes double the rate",
+			PoolInput{Strategy: all, Rollout: rate2, Nodes: append([]NodeView{
+				started(NodeView{Name: "a", Ready: true}, 20*time.Second, updatev1.StatusUpdated),
+				started(NodeView{Name: "b", Ready: true}, 50*time.Second, updatev1.StatusUpdated)}, ready("c", "d", "e", "f")...)},
+			[]string{"c", "d"}, updatev1.StatusUpdating, updatev1.ReasonUpdating, "", 0},
+		{"rollout: a failure under the threshold does not stop picks",
+			PoolInput{Strategy: all, Rollout: tolerant, Nodes: append([]NodeView{
+				failedNode("a"), started(NodeView{Name: "b", Ready: true}, time.Hour, updatev1.StatusUpdated),
+				started(NodeView{Name: "c", Ready: true}, time.Hour, updatev1.StatusUpdated)}, ready("d")...)},
+			[]string{"d"}, updatev1.StatusUpdating, updatev1.ReasonUpdating, "", 0},
+		{"rollout: at the threshold, picks stop",
+			PoolInput{Strategy: all, Rollout: tolerant, Nodes: append([]NodeView{
+				failedNode("a"), started(NodeView{Name: "b", Ready: true}, time.Hour, updatev1.StatusUpdated)}, ready("d")...)},
+			nil, updatev1.StatusFailed, updatev1.ReasonAbortThreshold, "", 0},
+		{"rollout: every node ended with failures under the threshold: updated",
+			PoolInput{Strategy: all, Rollout: tolerant, Nodes: []NodeView{
+				failedNode("a"), started(NodeView{Name: "b", Ready: true}, time.Hour, updatev1.StatusUpdated),
+				started(NodeView{Name: "c", Ready: true}, time.Hour, updatev1.StatusUpdated)}},
+			nil, updatev1.StatusUpdated, updatev1.ReasonUpdated, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.in
+			in.Plan, in.Phase, in.Budget, in.Now = "p", updatev1.PhaseUpdating, -1, now
+			d := StepPool(in)
+			if !reflect.DeepEqual(d.Start, tt.wantStart) || d.Status != tt.wantStatus || d.Reason != tt.wantReason || d.Blocked != tt.wantBlocked {
+				t.Fatalf("StepPool() start %v status %s reason %s blocked %s (%s); want %v %s %s %s",
+					d.Start, d.Status, d.Reason, d.Blocked, d.BlockedWhy, tt.wantStart, tt.wantStatus, tt.wantReason, tt.wantBlocked)
+			}
+			if tt.wantBlocked != "" && d.RequeueAfter != tt.wantAfter {
+				t.Errorf("RequeueAfter = %s, want %s", d.RequeueAfter, tt.wantAfter)
 			}
 		})
 	}

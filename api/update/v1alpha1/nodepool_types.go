@@ -77,9 +77,76 @@ type NodePoolSpec struct {
 	// template is the desired state of the pool's nodes.
 	// +optional
 	Template NodeTemplate `json:"template,omitempty"`
+	// maintenanceWindows, when set, are the only times a node of the pool
+	// starts an update: a node updating when a window closes finishes,
+	// and the next nodes wait for the next window (condition
+	// PreflightBlocked, reason OutsideMaintenanceWindow, with its time).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+	// rollout, when set, limits how fast the pool starts nodes and lets it
+	// tolerate some failures (AWS IoT Jobs' exponential rollout). Unset:
+	// nodes start as the strategy allows, and the first failure stops new
+	// picks.
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
 	// updatePhase is set by the plan running on the pool.
 	// +optional
 	UpdatePhase UpdatePhase `json:"updatePhase,omitempty"`
+}
+
+// MaintenanceWindow is a recurring time span in which updates may start.
+type MaintenanceWindow struct {
+	// schedule is when the window opens, in cron's five fields (minute
+	// hour day-of-month month day-of-week), e.g. "0 2 * * 1-5".
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=128
+	Schedule string `json:"schedule"`
+	// duration is how long the window stays open, e.g. "2h".
+	Duration metav1.Duration `json:"duration"`
+	// timeZone is the IANA time zone of schedule, e.g. "Europe/Berlin".
+	// Default UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// Rollout is an exponential rollout rate with an abort threshold.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.maximumPerMinute) || self.maximumPerMinute >= self.baseRatePerMinute",message="rollout.maximumPerMinute must be at least baseRatePerMinute"
+type Rollout struct {
+	// baseRatePerMinute is how many nodes may start in any minute at
+	// first.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	BaseRatePerMinute int32 `json:"baseRatePerMinute"`
+	// incrementFactor multiplies the rate after every succeededPerIncrease
+	// nodes updated, e.g. "2" or "1.5" (1 to 5). Default "2".
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[1-5](\.[0-9]{1,2})?$`
+	IncrementFactor string `json:"incrementFactor,omitempty"`
+	// succeededPerIncrease is how many nodes must update before the rate
+	// grows. Default: baseRatePerMinute.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	SucceededPerIncrease int32 `json:"succeededPerIncrease,omitempty"`
+	// maximumPerMinute caps the rate. Default: no cap beyond the strategy.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaximumPerMinute int32 `json:"maximumPerMinute,omitempty"`
+	// abortThresholdPercent: once at least minEndedForAbort nodes ended, a
+	// failed share at or above this stops new picks (reason
+	// RolloutAbortThreshold). Below it, a failed node does not stop the
+	// pool. 0 (default) stops at the first failure, as without rollout.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	AbortThresholdPercent int32 `json:"abortThresholdPercent,omitempty"`
+	// minEndedForAbort is how many nodes must have ended (updated or
+	// failed) before the threshold applies. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MinEndedForAbort int32 `json:"minEndedForAbort,omitempty"`
 }
 
 // NodePoolStatus is what the pool controller observed.

@@ -90,6 +90,18 @@ const (
 	ReasonTooManyUnhealthy  = "TooManyUnhealthy"
 	ReasonRemediationOK     = "WithinLimits"
 	ReasonOverlappingPools  = "OverlappingPools"
+	// ReasonOutsideWindow: the pool has maintenance windows and none is
+	// open; the message says when the next opens.
+	ReasonOutsideWindow = "OutsideMaintenanceWindow"
+	// ReasonInvalidWindow: a maintenance window cannot be parsed; nothing
+	// starts until it is fixed.
+	ReasonInvalidWindow = "InvalidMaintenanceWindow"
+	// ReasonRolloutRate: the rollout rate allows no more starts this
+	// minute.
+	ReasonRolloutRate = "RolloutRateLimited"
+	// ReasonAbortThreshold: the failed share of ended nodes reached the
+	// rollout's abort threshold.
+	ReasonAbortThreshold = "RolloutAbortThreshold"
 )
 
 // ObjectRef names an object of any kind (a template, a remediation

@@ -2,6 +2,7 @@ package inplacectl_test
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -621,4 +622,62 @@ func TestHealthCheckSparesAnUpdatingNodeWithinItsTimeout(t *testing.T) {
 		n := getNode(t, x+"-down")
 		return n.Annotations[inplacectl.AnnotationRemediation] == "" && n.Annotations[inplacectl.AnnotationRemediatedAt] != "", nil
 	})
+}
+
+// TestMaintenanceWindowHoldsStartsAndRolloutToleratesFailures: a pool
+// whose maintenance window is closed starts no node and says when the
+// next opens; once the window goes, the plan runs, and a rollout's abort
+// threshold lets one failed node of four pass.
+func TestMaintenanceWindowHoldsStartsAndRolloutToleratesFailures(t *testing.T) {
+	testenv.Require(t, env)
+	installUpdaterCRDs(t)
+	x := uniq("window")
+	startManager(t)
+	nodes(t, x, x+"-1", x+"-2", x+"-3", x+"-4")
+	all := intstr.FromString("100%")
+	pool(t, x, updatev1.UpdateStrategy{Type: updatev1.StrategyMaxUnavailable, MaxUnavailable: &all})
+	var p updatev1.NodePool
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: x}, &p); err != nil {
+		t.Fatal(err)
+	}
+	before := p.DeepCopy()
+	// 29 February: closed now, whatever the day the test runs.
+	p.Spec.MaintenanceWindows = []updatev1.MaintenanceWindow{{Schedule: "0 0 29 2 *", Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "Europe/Berlin"}}
+	p.Spec.Rollout = &updatev1.Rollout{BaseRatePerMinute: 10, AbortThresholdPercent: 50, MinEndedForAbort: 4}
+	if err := env.Client.Patch(context.Background(), &p, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	ref := template(t, x+"-files", map[string]any{"failNodes": []any{x + "-1"}})
+	if err := env.Client.Create(context.Background(), plan(x, []updatev1.PlanPool{{Name: x, Sequence: 1}},
+		updatev1.Updater{Name: "files", Sequence: 1, UpdaterUpdateTemplateRef: ref})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "pool blocked outside its window", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: x}, &p); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, updatev1.PreflightBlockedCondition)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == updatev1.ReasonOutsideWindow && strings.Contains(c.Message, "-02-2"), nil
+	})
+	for name, st := range nodeStatuses(t, x) {
+		if st != "" {
+			t.Errorf("node %s is %q outside the maintenance window, want not started", name, st)
+		}
+	}
+	before = p.DeepCopy()
+	p.Spec.MaintenanceWindows = nil
+	if err := env.Client.Patch(context.Background(), &p, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	waitPlan(t, x, "plan updated with one failure under the threshold", statusIs(updatev1.StatusUpdated))
+	want := map[string]string{x + "-1": "failed", x + "-2": "updated", x + "-3": "updated", x + "-4": "updated"}
+	if got := nodeStatuses(t, x); !maps.Equal(got, want) {
+		t.Errorf("node statuses = %v, want %v", got, want)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: x}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, updatev1.InPlaceUpdateCondition); c == nil || !strings.Contains(c.Message, "1 failed, under the rollout's abort threshold") {
+		t.Errorf("pool InPlaceUpdate condition = %+v, want it to count the failed node", c)
+	}
 }

@@ -120,7 +120,13 @@ func (i *poolImpl) Decide(ctx context.Context, _ logr.Logger) (reconcile.Result,
 	}
 	i.revision = inplace.Revision(i.pool.Spec.Template)
 	plan := i.pool.Labels[updatev1.LabelUpdateTaskName]
-	in := inplace.PoolInput{Plan: plan, Phase: i.pool.Spec.UpdatePhase, Strategy: i.pool.Spec.Strategy, Budget: -1}
+	now := i.now()
+	in := inplace.PoolInput{Plan: plan, Phase: i.pool.Spec.UpdatePhase, Strategy: i.pool.Spec.Strategy, Budget: -1,
+		Rollout: i.pool.Spec.Rollout, Now: now}
+	if len(i.pool.Spec.MaintenanceWindows) > 0 {
+		w := inplace.Windows(i.pool.Spec.MaintenanceWindows, now)
+		in.Window = &w
+	}
 	i.nodes = map[string]*fleetv1.FleetNode{}
 	for idx := range all.Items {
 		n := &all.Items[idx]
@@ -164,6 +170,9 @@ func nodeView(n *fleetv1.FleetNode, revision string) inplace.NodeView {
 		// Cordoned by an update and still so: an operator who uncordoned
 		// it meanwhile decided otherwise.
 		CordonedByUpdate: n.Annotations[AnnotationCordonedBy] != "" && n.Spec.Unschedulable,
+	}
+	if n.Status.UpdateStartTime != nil {
+		v.Started = n.Status.UpdateStartTime.Time
 	}
 	if c := meta.FindStatusCondition(n.Status.Conditions, updatev1.InPlaceUpdateCondition); c != nil && v.UpdateStatus == updatev1.StatusFailed {
 		v.FailedUpdater, v.FailedReason = n.Annotations[annotationFailedUpdater], c.Message
@@ -279,7 +288,14 @@ func (i *poolImpl) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.R
 		return ctrlkit.RequeueIfErrorAndWrap("patch pool status", client.IgnoreNotFound(err))
 	}
 	if d.Blocked != "" && (prevBlocked == nil || prevBlocked.Status != "True" || prevBlocked.Reason != d.Blocked) {
-		i.event(i.pool, corev1.EventTypeWarning, updatev1.PreflightBlockedCondition, d.BlockedWhy)
+		switch d.Blocked {
+		case updatev1.ReasonRolloutRate:
+			// Expected every minute of a paced rollout: the condition says it.
+		case updatev1.ReasonOutsideWindow:
+			i.event(i.pool, corev1.EventTypeNormal, updatev1.ReasonOutsideWindow, d.BlockedWhy)
+		default:
+			i.event(i.pool, corev1.EventTypeWarning, updatev1.PreflightBlockedCondition, d.BlockedWhy)
+		}
 	}
 	if before.Status.UpdateStatus != st.UpdateStatus && st.UpdateStatus != "" {
 		i.event(i.pool, corev1.EventTypeNormal, "Pool"+upper(string(st.UpdateStatus)), d.Message)
