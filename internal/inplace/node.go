@@ -8,6 +8,22 @@ import (
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 )
 
+// DefaultDrainTimeout bounds a node's wait for its running tasks before
+// its update.
+const DefaultDrainTimeout = 10 * time.Minute
+
+// DrainPoll is how often a draining node looks at its tasks again.
+const DrainPoll = 5 * time.Second
+
+// DrainView is what a node waits for before its first updater task.
+type DrainView struct {
+	// Running: the tasks still running on the node (namespace/name).
+	Running []string
+	// Since is when the node's update started (zero: now).
+	Since   time.Time
+	Timeout time.Duration
+}
+
 // DefaultAbortTimeout is how long a node waits for its tasks to report
 // aborted before it ends aborted anyway (reason AbortTimeout).
 const DefaultAbortTimeout = 10 * time.Minute
@@ -32,6 +48,9 @@ type NodeInput struct {
 	// AbortingSince is when the node started aborting (zero if it is not).
 	AbortingSince time.Time
 	AbortTimeout  time.Duration
+	// Drain, when set, holds the first updater task until no task runs on
+	// the node (nil: the pool does not drain).
+	Drain *DrainView
 }
 
 // NodeDecision is what a node does next.
@@ -58,6 +77,9 @@ func StepNode(in NodeInput) NodeDecision {
 	sort.SliceStable(ups, func(i, j int) bool { return ups[i].Sequence < ups[j].Sequence })
 	switch in.Phase {
 	case updatev1.PhaseUpdating:
+		if len(in.Tasks) == 0 && in.Drain != nil && len(in.Drain.Running) > 0 {
+			return drain(*in.Drain, in.Now)
+		}
 		for _, u := range ups {
 			t, ok := in.Tasks[u.Name]
 			if !ok {
@@ -126,6 +148,31 @@ func StepNode(in NodeInput) NodeDecision {
 		return d
 	}
 	return NodeDecision{}
+}
+
+// drain waits for the node's running tasks, at most their timeout.
+func drain(d DrainView, now time.Time) NodeDecision {
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultDrainTimeout
+	}
+	since := d.Since
+	if since.IsZero() {
+		since = now
+	}
+	names := d.Running
+	more := ""
+	if len(names) > 5 {
+		names, more = names[:5], fmt.Sprintf(" and %d more", len(d.Running)-5)
+	}
+	left := since.Add(timeout).Sub(now)
+	if left <= 0 {
+		return NodeDecision{Status: updatev1.StatusFailed, Reason: updatev1.ReasonDrainTimeout, FailedUpdater: "drain",
+			Message: fmt.Sprintf("%d task(s) still running after the pool's drain timeout of %v: %v%s; nothing was stopped (end or delete them, or set the pool's drain policy to None)",
+				len(d.Running), timeout, names, more)}
+	}
+	return NodeDecision{Status: updatev1.StatusUpdating, Reason: updatev1.ReasonDraining, RequeueAfter: min(left, DrainPoll),
+		Message: fmt.Sprintf("waiting for %d task(s) to end before the update (drain timeout %v): %v%s", len(d.Running), timeout, names, more)}
 }
 
 func orUnknown(s string) string {

@@ -66,3 +66,38 @@ func TestStepNodeAbortingRequeuesAtTheTimeout(t *testing.T) {
 		t.Errorf("RequeueAfter = %v, want 6m", d.RequeueAfter)
 	}
 }
+
+func TestStepNodeDrains(t *testing.T) {
+	running := []string{"team-a/sim-1", "team-b/build-7"}
+	tests := []struct {
+		name       string
+		in         NodeInput
+		wantCreate string
+		wantStatus updatev1.UpdateStatus
+		wantReason string
+		wantMsg    string
+		wantAfter  time.Duration
+	}{
+		{"tasks running: the first updater waits", NodeInput{Drain: &DrainView{Running: running, Since: now.Add(-time.Minute), Timeout: 10 * time.Minute}},
+			"", updatev1.StatusUpdating, updatev1.ReasonDraining, "waiting for 2 task(s) to end before the update (drain timeout 10m0s): [team-a/sim-1 team-b/build-7]", DrainPoll},
+		{"near the timeout it looks again at the timeout", NodeInput{Drain: &DrainView{Running: running, Since: now.Add(-10*time.Minute + 2*time.Second), Timeout: 10 * time.Minute}},
+			"", updatev1.StatusUpdating, updatev1.ReasonDraining, "", 2 * time.Second},
+		{"the timeout fails the node and stops nothing", NodeInput{Drain: &DrainView{Running: running, Since: now.Add(-11 * time.Minute)}},
+			"", updatev1.StatusFailed, updatev1.ReasonDrainTimeout, "2 task(s) still running after the pool's drain timeout of 10m0s", 0},
+		{"drained: the first updater starts", NodeInput{Drain: &DrainView{Since: now.Add(-time.Minute)}},
+			"os", updatev1.StatusUpdating, updatev1.ReasonUpdating, "", 0},
+		{"once an updater started, tasks no longer hold it", NodeInput{Drain: &DrainView{Running: running, Since: now.Add(-time.Hour)}, Tasks: map[string]TaskView{"os": {UpdatePhase: updatev1.PhaseUpdating, UpdateStatus: updatev1.StatusUpdated}}},
+			"ntp", updatev1.StatusUpdating, updatev1.ReasonUpdating, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.in
+			in.Phase, in.Updaters, in.Now = updatev1.PhaseUpdating, updaters, now
+			d := StepNode(in)
+			if d.Create != tt.wantCreate || d.Status != tt.wantStatus || d.Reason != tt.wantReason || !strings.Contains(d.Message, tt.wantMsg) || d.RequeueAfter != tt.wantAfter {
+				t.Errorf("StepNode() = create %q status %s reason %s after %s message %q; want %q %s %s %s containing %q",
+					d.Create, d.Status, d.Reason, d.RequeueAfter, d.Message, tt.wantCreate, tt.wantStatus, tt.wantReason, tt.wantAfter, tt.wantMsg)
+			}
+		})
+	}
+}

@@ -77,6 +77,11 @@ type NodePoolSpec struct {
 	// template is the desired state of the pool's nodes.
 	// +optional
 	Template NodeTemplate `json:"template,omitempty"`
+	// drain says what happens to the tasks running on a node picked for
+	// an update, after it is cordoned and before its first updater task.
+	// Default: wait up to 10 min for them to end.
+	// +optional
+	Drain *DrainPolicy `json:"drain,omitempty"`
 	// maintenanceWindows, when set, are the only times a node of the pool
 	// starts an update: a node updating when a window closes finishes,
 	// and the next nodes wait for the next window (condition
@@ -93,6 +98,34 @@ type NodePoolSpec struct {
 	// updatePhase is set by the plan running on the pool.
 	// +optional
 	UpdatePhase UpdatePhase `json:"updatePhase,omitempty"`
+}
+
+// DrainType is how a pool drains a node before its update.
+//
+// +kubebuilder:validation:Enum=Wait;None
+type DrainType string
+
+const (
+	// DrainWait waits until no task runs on the node; after the timeout
+	// the node's update fails with reason DrainTimeout (no task is
+	// stopped).
+	DrainWait DrainType = "Wait"
+	// DrainNone updates the node under its running tasks.
+	DrainNone DrainType = "None"
+)
+
+// DrainPolicy is how a pool drains a node before updating it. Tasks of
+// perNode groups run on every node and would never leave: they are not
+// waited for, and keep running through the update (the agent re-attaches
+// to them after a restart).
+type DrainPolicy struct {
+	// policy is Wait (default) or None.
+	// +kubebuilder:default=Wait
+	// +optional
+	Policy DrainType `json:"policy,omitempty"`
+	// timeout bounds the wait. Default 10m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // MaintenanceWindow is a recurring time span in which updates may start.

@@ -90,6 +90,12 @@ const (
 	ReasonTooManyUnhealthy  = "TooManyUnhealthy"
 	ReasonRemediationOK     = "WithinLimits"
 	ReasonOverlappingPools  = "OverlappingPools"
+	// ReasonDraining: the node waits for its running tasks before its
+	// first updater starts.
+	ReasonDraining = "Draining"
+	// ReasonDrainTimeout: the tasks did not end within the pool's drain
+	// timeout; the node's update failed and nothing was stopped.
+	ReasonDrainTimeout = "DrainTimeout"
 	// ReasonOutsideWindow: the pool has maintenance windows and none is
 	// open; the message says when the next opens.
 	ReasonOutsideWindow = "OutsideMaintenanceWindow"

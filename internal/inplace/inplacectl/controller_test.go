@@ -27,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
@@ -53,7 +54,7 @@ const (
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fleetv1.AddToScheme, updatev1.AddToScheme, apiextv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fleetv1.AddToScheme, batchv1.AddToScheme, updatev1.AddToScheme, apiextv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -679,5 +680,84 @@ func TestMaintenanceWindowHoldsStartsAndRolloutToleratesFailures(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(p.Status.Conditions, updatev1.InPlaceUpdateCondition); c == nil || !strings.Contains(c.Message, "1 failed, under the rollout's abort threshold") {
 		t.Errorf("pool InPlaceUpdate condition = %+v, want it to count the failed node", c)
+	}
+}
+
+// TestDrainWaitsForRunningTasks: a node picked for an update waits for
+// the Tasks running on it before its first updater starts, and a pool
+// whose drain times out fails the node naming the tasks, stopping none.
+func TestDrainWaitsForRunningTasks(t *testing.T) {
+	testenv.Require(t, env)
+	installUpdaterCRDs(t)
+	ctx := context.Background()
+	x := uniq("drain")
+	startManager(t)
+	runningTask := func(name, node string) *batchv1.Task {
+		task := &batchv1.Task{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: batchv1.TaskSpec{Command: []string{"sleep", "600"}}}
+		if err := env.Client.Create(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+		task.Status.State, task.Status.NodeName = batchv1.TaskRunning, node
+		if err := env.Client.Status().Update(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	setDrain := func(pool string, d *updatev1.DrainPolicy) {
+		var p updatev1.NodePool
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
+			t.Fatal(err)
+		}
+		before := p.DeepCopy()
+		p.Spec.Drain = d
+		if err := env.Client.Patch(ctx, &p, client.MergeFrom(before)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCondition := func(node, reason, substr string) {
+		testenv.Eventually(t, waitTimeout, "node "+node+" "+reason, func(ctx context.Context) (bool, error) {
+			c := meta.FindStatusCondition(getNode(t, node).Status.Conditions, updatev1.InPlaceUpdateCondition)
+			return c != nil && c.Reason == reason && strings.Contains(c.Message, substr), nil
+		})
+	}
+
+	wait, short := x+"-w", x+"-t"
+	nodes(t, wait, wait+"-1")
+	nodes(t, short, short+"-1")
+	pool(t, wait, updatev1.UpdateStrategy{})
+	pool(t, short, updatev1.UpdateStrategy{})
+	setDrain(short, &updatev1.DrainPolicy{Policy: updatev1.DrainWait, Timeout: &metav1.Duration{Duration: time.Second}})
+	sim := runningTask(x+"-sim", wait+"-1")
+	runningTask(x+"-build", short+"-1")
+	ref := template(t, x+"-files", map[string]any{})
+	for _, p := range []string{wait, short} {
+		if err := env.Client.Create(ctx, plan(p, []updatev1.PlanPool{{Name: p, Sequence: 1}},
+			updatev1.Updater{Name: "files", Sequence: 1, UpdaterUpdateTemplateRef: ref})); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	waitCondition(wait+"-1", updatev1.ReasonDraining, "default/"+x+"-sim")
+	if st := nodeStatuses(t, wait)[wait+"-1"]; st != "updating" {
+		t.Errorf("draining node is %q, want updating", st)
+	}
+	// Its task ends: the update goes on.
+	sim.Status.State = batchv1.TaskCompleted
+	if err := env.Client.Status().Update(ctx, sim); err != nil {
+		t.Fatal(err)
+	}
+	waitPlan(t, wait, "plan updated after the drain", statusIs(updatev1.StatusUpdated))
+
+	p := waitPlan(t, short, "plan failed by the drain timeout", statusIs(updatev1.StatusFailed))
+	c := meta.FindStatusCondition(getNode(t, short+"-1").Status.Conditions, updatev1.InPlaceUpdateCondition)
+	if c == nil || c.Reason != updatev1.ReasonDrainTimeout || !strings.Contains(c.Message, "default/"+x+"-build") {
+		t.Errorf("node condition = %+v, want DrainTimeout naming the task", c)
+	}
+	if f := meta.FindStatusCondition(p.Status.Conditions, updatev1.FailedCondition); f == nil || !strings.Contains(f.Message, "drain") {
+		t.Errorf("plan Failed condition = %+v, want it to name the drain", f)
+	}
+	var build batchv1.Task
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: x + "-build"}, &build); err != nil || build.Status.State != batchv1.TaskRunning {
+		t.Errorf("task %s = %v, %v: want it left running", x+"-build", build.Status.State, err)
 	}
 }

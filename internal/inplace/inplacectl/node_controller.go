@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/inplace"
@@ -50,7 +52,8 @@ type NodeReconciler struct {
 
 // +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes/status,verbs=patch
-// +kubebuilder:rbac:groups=update.drover.io,resources=inplaceupdateplans,verbs=get;list;watch
+// +kubebuilder:rbac:groups=update.drover.io,resources=inplaceupdateplans;nodepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch.drover.io,resources=tasks,verbs=get;list;watch
 
 // SetupWithManager registers the controller. Task kinds are watched as
 // plans name them (updaters are not known in advance).
@@ -189,8 +192,51 @@ func (i *nodeImpl) Decide(ctx context.Context, _ logr.Logger) (reconcile.Result,
 	if c := meta.FindStatusCondition(i.node.Status.Conditions, updatev1.InPlaceUpdateCondition); c != nil && c.Reason == updatev1.ReasonAborting {
 		in.AbortingSince = c.LastTransitionTime.Time
 	}
+	if in.Phase == updatev1.PhaseUpdating && len(in.Tasks) == 0 {
+		d, err := i.drainView(ctx)
+		if err != nil {
+			return ctrlkit.RequeueIfErrorAndWrap("drain", err)
+		}
+		in.Drain = d
+	}
 	i.decision = inplace.StepNode(in)
 	return ctrlkit.NoRequeue()
+}
+
+// drainView is what the node waits for before its first updater task, by
+// its pool's drain policy: the Tasks whose current attempt runs on it,
+// except those of perNode groups (they run on every node and would never
+// leave). nil when the pool does not drain.
+func (i *nodeImpl) drainView(ctx context.Context) (*inplace.DrainView, error) {
+	d := &inplace.DrainView{Timeout: inplace.DefaultDrainTimeout}
+	var pool updatev1.NodePool
+	if name := i.node.Labels[updatev1.LabelPool]; name != "" {
+		if err := i.Client.Get(ctx, types.NamespacedName{Name: name}, &pool); client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("get pool %s: %w", name, err)
+		}
+	}
+	if p := pool.Spec.Drain; p != nil {
+		if p.Policy == updatev1.DrainNone {
+			return nil, nil
+		}
+		if p.Timeout != nil {
+			d.Timeout = p.Timeout.Duration
+		}
+	}
+	if i.node.Status.UpdateStartTime != nil {
+		d.Since = i.node.Status.UpdateStartTime.Time
+	}
+	var tasks batchv1.TaskList
+	if err := i.Client.List(ctx, &tasks); err != nil {
+		return nil, fmt.Errorf("list tasks (the manager needs to list Tasks in every namespace): %w", err)
+	}
+	for _, t := range tasks.Items {
+		if t.Status.NodeName == i.node.Name && !t.Status.State.Final() && t.DeletionTimestamp == nil && t.Labels[batchv1.LabelNode] == "" {
+			d.Running = append(d.Running, t.Namespace+"/"+t.Name)
+		}
+	}
+	slices.Sort(d.Running)
+	return d, nil
 }
 
 // taskView reads the contract's fields of a task: spec.updatePhase,
