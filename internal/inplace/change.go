@@ -119,6 +119,15 @@ type Answer struct {
 	TemplateRef      updatev1.ObjectRef
 }
 
+// ClaimError is why Claim refused: a change no updater claims, or one
+// claimed twice (Twice).
+type ClaimError struct {
+	Twice bool
+	msg   string
+}
+
+func (e *ClaimError) Error() string { return e.msg }
+
 // Claim decides which accepting updater owns each change. A change no
 // updater claims fails the request naming the paths (Drover has no
 // "replace the machine" rollout to fall back to); a path claimed twice is
@@ -142,7 +151,7 @@ func Claim(changes []Change, answers []Answer) ([]updatev1.Updater, error) {
 				continue // claims what this request does not change
 			}
 			if other, dup := owner[p]; dup && other != a.UpdaterName {
-				return nil, fmt.Errorf("path %s is claimed by updaters %s and %s: one change, one owner", p, other, a.UpdaterName)
+				return nil, &ClaimError{Twice: true, msg: fmt.Sprintf("path %s is claimed by updaters %s and %s: one change, one owner", p, other, a.UpdaterName)}
 			}
 			owner[p] = a.UpdaterName
 			u := byName[a.UpdaterName]
@@ -161,7 +170,7 @@ func Claim(changes []Change, answers []Answer) ([]updatev1.Updater, error) {
 		}
 	}
 	if len(unclaimed) > 0 {
-		return nil, fmt.Errorf("no updater claims %s: nothing is updated in place, and fleets have no replace-the-machine rollout to fall back to", strings.Join(unclaimed, ", "))
+		return nil, &ClaimError{msg: fmt.Sprintf("no updater claims %s: nothing is updated in place, and fleets have no replace-the-machine rollout to fall back to", strings.Join(unclaimed, ", "))}
 	}
 	out := make([]updatev1.Updater, 0, len(order))
 	for _, n := range order {

@@ -23,7 +23,9 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&InPlaceUpdatePlan{}, &InPlaceUpdatePlanList{},
 		&NodeHealthCheck{}, &NodeHealthCheckList{},
 		&AgentVersionUpdateTask{}, &AgentVersionUpdateTaskList{},
-		&AgentVersionUpdateTaskTemplate{}, &AgentVersionUpdateTaskTemplateList{})
+		&AgentVersionUpdateTaskTemplate{}, &AgentVersionUpdateTaskTemplateList{},
+		&UpdaterRegistration{}, &UpdaterRegistrationList{},
+		&ExternalUpdateRequest{}, &ExternalUpdateRequestList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -77,6 +77,13 @@ type NodePoolSpec struct {
 	// template is the desired state of the pool's nodes.
 	// +optional
 	Template NodeTemplate `json:"template,omitempty"`
+	// autoUpdate: a change to template starts an update by itself. Drover
+	// asks the registered updaters (UpdaterRegistrations) in an
+	// ExternalUpdateRequest and, once every change is claimed, makes the
+	// InPlaceUpdatePlan; a newer change aborts the plan of an older one.
+	// Off (default): plans are written by hand.
+	// +optional
+	AutoUpdate bool `json:"autoUpdate,omitempty"`
 	// drain says what happens to the tasks running on a node picked for
 	// an update, after it is cordoned and before its first updater task.
 	// Default: wait up to 10 min for them to end.

@@ -50,6 +50,9 @@ const (
 	LabelNode = "update.drover.io/node-name"
 	// LabelUpdater names the updater that owns a task.
 	LabelUpdater = "update.drover.io/updater-name"
+	// LabelRequest is on a plan made from an ExternalUpdateRequest: the
+	// request's name.
+	LabelRequest = "update.drover.io/request"
 	// LabelPoolRevision is the pool revision a node is at: an updated node
 	// moves from the old revision to the new (the seed's MachineSet swap).
 	LabelPoolRevision = "update.drover.io/pool-revision"
@@ -90,6 +93,15 @@ const (
 	ReasonTooManyUnhealthy  = "TooManyUnhealthy"
 	ReasonRemediationOK     = "WithinLimits"
 	ReasonOverlappingPools  = "OverlappingPools"
+	// Reasons of an ExternalUpdateRequest's Ready condition.
+	ReasonWaitingForAnswers = "WaitingForAnswers"
+	ReasonPlanned           = "Planned"
+	ReasonNothingToUpdate   = "NothingToUpdate"
+	ReasonUnclaimed         = "ChangeUnclaimed"
+	ReasonClaimedTwice      = "ChangeClaimedTwice"
+	ReasonUpdaterError      = "UpdaterError"
+	ReasonAnswerTimeout     = "AnswerTimeout"
+	ReasonSuperseded        = "Superseded"
 	// ReasonDraining: the node waits for its running tasks before its
 	// first updater starts.
 	ReasonDraining = "Draining"
