@@ -120,6 +120,12 @@ func setupInPlace(mgr ctrl.Manager) error {
 	if err := (&inplacectl.HealthCheckReconciler{Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up NodeHealthCheck controller: %w", err)
 	}
+	if err := (&inplacectl.TopologyReconciler{Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up NodePool topology controller: %w", err)
+	}
+	if err := (&inplacectl.RequestReconciler{Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up ExternalUpdateRequest controller: %w", err)
+	}
 	if err := (&agentupdater.Reconciler{Client: mgr.GetClient(), Recorder: o.Recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the built-in agent-version updater: %w", err)
 	}

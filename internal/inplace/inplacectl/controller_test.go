@@ -177,7 +177,8 @@ func startManager(t *testing.T) *prometheus.Registry {
 		Metrics: inplacectl.NewMetrics(reg)}
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&inplacectl.PlanReconciler{Options: opts}, &inplacectl.PoolReconciler{Options: opts}, &inplacectl.NodeReconciler{Options: opts},
-		&inplacectl.HealthCheckReconciler{Options: opts},
+		&inplacectl.HealthCheckReconciler{Options: opts}, &inplacectl.TopologyReconciler{Options: opts},
+		&inplacectl.RequestReconciler{Options: opts, AnswerTimeout: 30 * time.Second},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			t.Fatal(err)

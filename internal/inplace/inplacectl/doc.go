@@ -9,3 +9,5 @@ package inplacectl
 //go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.pool.ctrlkit.go pool.ctrlkit
 //go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.node.ctrlkit.go node.ctrlkit
 //go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.nhc.ctrlkit.go nhc.ctrlkit
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.topology.ctrlkit.go topology.ctrlkit
+//go:generate go run github.com/drover-fleet/drover/cmd/ctrlkit gen -o zz_generated.request.ctrlkit.go request.ctrlkit
