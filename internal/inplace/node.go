@@ -80,11 +80,14 @@ func StepNode(in NodeInput) NodeDecision {
 		if len(in.Tasks) == 0 && in.Drain != nil && len(in.Drain.Running) > 0 {
 			return drain(*in.Drain, in.Now)
 		}
+		// One message while updating, not one per updater or step: each
+		// message is a write of the node, on every node of the fleet; the
+		// updater tasks (labelled with the node) say how far each is.
+		running := fmt.Sprintf("%d updater(s) run one after another", len(ups))
 		for _, u := range ups {
 			t, ok := in.Tasks[u.Name]
 			if !ok {
-				return NodeDecision{Create: u.Name, Status: updatev1.StatusUpdating, Reason: updatev1.ReasonUpdating,
-					Message: "updater " + u.Name + " starting"}
+				return NodeDecision{Create: u.Name, Status: updatev1.StatusUpdating, Reason: updatev1.ReasonUpdating, Message: running}
 			}
 			switch t.UpdateStatus {
 			case updatev1.StatusUpdated:
@@ -98,8 +101,7 @@ func StepNode(in NodeInput) NodeDecision {
 				return NodeDecision{Status: updatev1.StatusAborted, Reason: updatev1.ReasonAborted,
 					Message: fmt.Sprintf("updater %s aborted: %s", u.Name, orUnknown(t.Reason))}
 			default:
-				return NodeDecision{Status: updatev1.StatusUpdating, Reason: updatev1.ReasonUpdating,
-					Message: fmt.Sprintf("updater %s: %s", u.Name, orUnknown(t.Reason))}
+				return NodeDecision{Status: updatev1.StatusUpdating, Reason: updatev1.ReasonUpdating, Message: running}
 			}
 		}
 		return NodeDecision{Status: updatev1.StatusUpdated, Reason: updatev1.ReasonUpdated, Message: fmt.Sprintf("%d updater(s) done", len(ups))}

@@ -3,6 +3,7 @@ package inplacectl
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -101,4 +102,63 @@ func templateSpec(ctx context.Context, c client.Reader, ref updatev1.ObjectRef) 
 		spec = map[string]any{}
 	}
 	return spec, nil
+}
+
+// ProgressInterval is how often a plan or pool writes status changes
+// that are only progress (counts, and condition messages made of them):
+// on a fleet, every node's step would otherwise rewrite the plan and its
+// pool, several writes per node for figures a person reads every few
+// seconds. Phase, reason and failure changes are written at once.
+const ProgressInterval = 5 * time.Second
+
+// progressThrottle remembers when each object's progress was last
+// written. It belongs to one reconciler; entries go when the object ends.
+type progressThrottle struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// wait returns how long the progress-only write of name must wait (0:
+// write now, recorded as written).
+func (t *progressThrottle) wait(name string, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+	if left := t.last[name].Add(ProgressInterval).Sub(now); left > 0 {
+		return left
+	}
+	t.last[name] = now
+	return 0
+}
+
+// wrote records a write of name (any kind); done forgets it.
+func (t *progressThrottle) wrote(name string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+	t.last[name] = now
+}
+
+func (t *progressThrottle) done(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.last, name)
+}
+
+// sameButMessages reports whether two condition lists differ at most in
+// messages and transition times.
+func sameButMessages(a, b []metav1.Condition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason || a[i].ObservedGeneration != b[i].ObservedGeneration {
+			return false
+		}
+	}
+	return true
 }

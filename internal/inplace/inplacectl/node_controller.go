@@ -34,6 +34,10 @@ import (
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
 )
 
+// NodeWorkers is how many nodes the FleetNode update controller works on
+// at once.
+const NodeWorkers = 8
+
 // taskPoll is how often a node in update looks at its tasks when no watch
 // on their kind could be started (the watch is the usual path).
 const taskPoll = 30 * time.Second
@@ -63,8 +67,11 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.cache = mgr.GetCache()
 	r.watched = map[schema.GroupVersionKind]bool{}
+	// Nodes update independently: several at once, so that a pool's
+	// batch is not written out one node after another.
 	c, err := ctrl.NewControllerManagedBy(mgr).Named("fleetnode-inplace").
 		For(&fleetv1.FleetNode{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: NodeWorkers}).
 		Build(r.generated())
 	if err != nil {
 		return err
@@ -338,13 +345,19 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 	if d.Status == updatev1.StatusUpdated && n.Annotations[AnnotationTargetRevision] != "" {
 		n.Labels[updatev1.LabelPoolRevision] = n.Annotations[AnnotationTargetRevision]
 	}
+	if d.Status == updatev1.StatusUpdated && n.Annotations[AnnotationCordonedBy] == n.Labels[updatev1.LabelUpdateTaskName] && n.Spec.Unschedulable {
+		// Undo the plan's own cordon in the same write (an operator's
+		// cordon carries no annotation and stays).
+		n.Spec.Unschedulable = false
+		delete(n.Annotations, AnnotationCordonedBy)
+	}
 	if d.Status == updatev1.StatusFailed {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
 		n.Annotations[annotationFailedUpdater] = d.FailedUpdater
 	}
-	if !maps.Equal(before.Labels, n.Labels) || !maps.Equal(before.Annotations, n.Annotations) {
+	if !maps.Equal(before.Labels, n.Labels) || !maps.Equal(before.Annotations, n.Annotations) || before.Spec.Unschedulable != n.Spec.Unschedulable {
 		if err := i.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return requeueOnConflict(err)
 		}
@@ -370,7 +383,10 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 		if d.Status == updatev1.StatusFailed || d.AbortTimedOut {
 			typ = corev1.EventTypeWarning
 		}
-		i.event(n, typ, d.Reason, d.Message)
+		if d.Status != updatev1.StatusUpdating {
+			// The pool records the start of a batch; the node its end.
+			i.event(n, typ, d.Reason, d.Message)
+		}
 		if d.Status.Done() {
 			var took time.Duration
 			if n.Status.UpdateStartTime != nil {

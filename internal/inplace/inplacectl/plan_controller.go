@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,7 +22,10 @@ import (
 )
 
 // PlanReconciler reconciles InPlaceUpdatePlans.
-type PlanReconciler struct{ Options }
+type PlanReconciler struct {
+	Options
+	throttle progressThrottle
+}
 
 // +kubebuilder:rbac:groups=update.drover.io,resources=inplaceupdateplans;nodepools,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=update.drover.io,resources=inplaceupdateplans/status,verbs=patch
@@ -78,7 +82,7 @@ func (r *PlanReconciler) generated() *PlanManagerReconciler {
 	return &PlanManagerReconciler{
 		Client: r.Client,
 		NewImpl: func(c client.Client, p *updatev1.InPlaceUpdatePlan) PlanManagerImpl {
-			return &planImpl{Options: r.Options, plan: p}
+			return &planImpl{Options: r.Options, plan: p, throttle: &r.throttle}
 		},
 		Workflow: func(m *PlanManager, _ *updatev1.InPlaceUpdatePlan) ctrlkit.Action {
 			return ctrlkit.Sequential(m.Decide(), m.SyncPools(), m.UpdateStatus())
@@ -89,6 +93,7 @@ func (r *PlanReconciler) generated() *PlanManagerReconciler {
 
 type planImpl struct {
 	Options
+	throttle *progressThrottle
 	plan     *updatev1.InPlaceUpdatePlan
 	pools    map[string]*updatev1.NodePool
 	decision inplace.PlanDecision
@@ -270,7 +275,8 @@ func (i *planImpl) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.R
 	}
 	if d.Failure != "" {
 		setCondition(&st.Conditions, updatev1.FailedCondition, "True", updatev1.ReasonUpdaterFailed, d.Failure, gen)
-	} else if d.Status != "" {
+	} else if d.Status != "" && !prev.Done() {
+		// An ended plan keeps the Failed condition it ended with.
 		setCondition(&st.Conditions, updatev1.FailedCondition, "False", "NoFailure", "", gen)
 	}
 	st.Pools = st.Pools[:0]
@@ -287,6 +293,20 @@ func (i *planImpl) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.R
 		st.Nodes, st.Failures = *i.summary, i.failures
 	}
 	st.ObservedGeneration = gen
+	if equality.Semantic.DeepEqual(before.Status, *st) {
+		return ctrlkit.RequeueAfter(d.RequeueAfter)
+	}
+	now := i.now()
+	if planProgressOnly(&before.Status, st) {
+		if wait := i.throttle.wait(i.plan.Name, now); wait > 0 {
+			return ctrlkit.RequeueAfter(wait)
+		}
+	} else {
+		i.throttle.wrote(i.plan.Name, now)
+	}
+	if st.UpdateStatus.Done() {
+		i.throttle.done(i.plan.Name)
+	}
 	if err := i.Client.Status().Patch(ctx, i.plan, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrlkit.RequeueImmediately()
@@ -304,6 +324,22 @@ func (i *planImpl) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.R
 		}
 	}
 	return ctrlkit.RequeueAfter(d.RequeueAfter)
+}
+
+// planProgressOnly reports whether b differs from a only in counts and in
+// condition messages (which quote them).
+func planProgressOnly(a, b *updatev1.InPlaceUpdatePlanStatus) bool {
+	if !sameButMessages(a.Conditions, b.Conditions) {
+		return false
+	}
+	x, y := a.DeepCopy(), b.DeepCopy()
+	for _, s := range []*updatev1.InPlaceUpdatePlanStatus{x, y} {
+		s.Nodes, s.Conditions = updatev1.NodeSummary{}, nil
+		for i := range s.Pools {
+			s.Pools[i].Nodes, s.Pools[i].UpdatedNodes = 0, 0
+		}
+	}
+	return equality.Semantic.DeepEqual(x, y)
 }
 
 // summarize counts the plan's nodes by status and keeps its first failures.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +27,10 @@ import (
 )
 
 // PoolReconciler reconciles NodePools.
-type PoolReconciler struct{ Options }
+type PoolReconciler struct {
+	Options
+	throttle progressThrottle
+}
 
 // +kubebuilder:rbac:groups=update.drover.io,resources=nodepools;inplaceupdateplans,verbs=get;list;watch
 // +kubebuilder:rbac:groups=update.drover.io,resources=nodepools/status,verbs=patch
@@ -66,7 +71,7 @@ func (r *PoolReconciler) generated() *PoolManagerReconciler {
 	return &PoolManagerReconciler{
 		Client: r.Client,
 		NewImpl: func(c client.Client, p *updatev1.NodePool) PoolManagerImpl {
-			return &poolImpl{Options: r.Options, pool: p}
+			return &poolImpl{Options: r.Options, pool: p, throttle: &r.throttle}
 		},
 		Workflow: func(m *PoolManager, _ *updatev1.NodePool) ctrlkit.Action {
 			return ctrlkit.Sequential(m.Decide(), m.SyncNodes(), m.UpdateStatus())
@@ -77,6 +82,7 @@ func (r *PoolReconciler) generated() *PoolManagerReconciler {
 
 type poolImpl struct {
 	Options
+	throttle *progressThrottle
 	pool     *updatev1.NodePool
 	nodes    map[string]*fleetv1.FleetNode
 	revision string
@@ -225,7 +231,16 @@ func (i *poolImpl) SyncNodes(ctx context.Context, logger logr.Logger) (reconcile
 			return requeueOnConflict(err)
 		}
 		logger.Info("node picked for update", "FleetNode", name, "plan", plan, "revision", i.revision)
-		i.event(i.nodes[name], corev1.EventTypeNormal, "UpdateStarted", fmt.Sprintf("pool %s picked the node for plan %s", i.pool.Name, plan))
+	}
+	if len(d.Start) > 0 {
+		// One Event per batch of picks, on the pool: a node's own Events
+		// say how its update ended.
+		names := d.Start
+		more := ""
+		if len(names) > 10 {
+			names, more = names[:10], fmt.Sprintf(" and %d more", len(d.Start)-10)
+		}
+		i.event(i.pool, corev1.EventTypeNormal, "UpdateStarted", fmt.Sprintf("plan %s: picked %d node(s): %s%s", plan, len(d.Start), strings.Join(names, ", "), more))
 	}
 	for _, name := range d.Abort {
 		if err := patch(name, func(n *fleetv1.FleetNode) { n.Spec.UpdatePhase = string(updatev1.PhaseAborting) }); err != nil {
@@ -251,6 +266,19 @@ func (i *poolImpl) SyncNodes(ctx context.Context, logger logr.Logger) (reconcile
 		}
 	}
 	return ctrlkit.NoRequeue()
+}
+
+// poolProgressOnly reports whether b differs from a only in node counts
+// and in condition messages (which quote them).
+func poolProgressOnly(a, b *updatev1.NodePoolStatus) bool {
+	if !sameButMessages(a.Conditions, b.Conditions) {
+		return false
+	}
+	x, y := a.DeepCopy(), b.DeepCopy()
+	for _, s := range []*updatev1.NodePoolStatus{x, y} {
+		s.Nodes, s.UpdatedNodes, s.UpdatingNodes, s.Conditions = 0, 0, 0, nil
+	}
+	return equality.Semantic.DeepEqual(x, y)
 }
 
 func requeueOnConflict(err error) (reconcile.Result, error) {
@@ -284,6 +312,20 @@ func (i *poolImpl) UpdateStatus(ctx context.Context, _ logr.Logger) (reconcile.R
 		setCondition(&st.Conditions, updatev1.PreflightBlockedCondition, "False", updatev1.ReasonPreflightPassed, "", gen)
 	}
 	st.ObservedGeneration = gen
+	if equality.Semantic.DeepEqual(before.Status, *st) {
+		return ctrlkit.RequeueAfter(d.RequeueAfter)
+	}
+	now := i.now()
+	if poolProgressOnly(&before.Status, st) {
+		if wait := i.throttle.wait(i.pool.Name, now); wait > 0 {
+			if d.RequeueAfter > 0 {
+				wait = min(wait, d.RequeueAfter)
+			}
+			return ctrlkit.RequeueAfter(wait)
+		}
+	} else {
+		i.throttle.wrote(i.pool.Name, now)
+	}
 	if err := i.Client.Status().Patch(ctx, i.pool, client.MergeFrom(before)); err != nil {
 		return ctrlkit.RequeueIfErrorAndWrap("patch pool status", client.IgnoreNotFound(err))
 	}
