@@ -38,9 +38,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/drover-fleet/drover/bench/internal/benchproc"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
+	"github.com/drover-fleet/drover/bench/internal/benchproc"
 )
 
 // The simulated updaters' own kinds: Drover knows nothing of them but the
