@@ -73,7 +73,7 @@ func LookupUser(s string) (User, error) {
 
 func parseID(s string) (uint32, error) {
 	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil || n > taskwire.MaxID {
+	if err != nil || n > uint64(taskwire.MaxID) {
 		return 0, fmt.Errorf("%q is not a uid or gid from 0 to %d", s, taskwire.MaxID)
 	}
 	return uint32(n), nil

@@ -57,7 +57,7 @@ const FeatureRunAs = "task-run-as"
 
 // MaxID is the largest uid or gid a spec may ask for (the API's bound;
 // 4294967295 is (uid_t)-1, "no change", to the kernel).
-const MaxID = 4294967294
+const MaxID int64 = 4294967294
 
 // Phases of a task's work status.
 const (
