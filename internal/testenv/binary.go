@@ -76,7 +76,11 @@ func buildBinary(pkg string, ldflags []string, logf func(string, ...any)) (strin
 		}
 	}
 
-	args := []string{"build", "-o", out}
+	// Static and -trimpath, as .ci/run builds the agent and
+	// internal/imagebuild builds the images: one compile of every package
+	// serves the tests, CI's agent build and the image test (a build with
+	// other flags compiles the whole of Kubernetes again).
+	args := []string{"build", "-trimpath", "-o", out}
 	if len(ldflags) > 0 {
 		args = append(args, "-ldflags", strings.Join(ldflags, " "))
 	}
@@ -85,6 +89,7 @@ func buildBinary(pkg string, ldflags []string, logf func(string, ...any)) (strin
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goCommand(), args...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var output bytes.Buffer
 	cmd.Stdout = &output
 	cmd.Stderr = &output
