@@ -71,6 +71,9 @@ type NodeView struct {
 	// CordonedByUpdate: the pool cordoned the node for its update (an
 	// operator's own cordon is not marked, and stays).
 	CordonedByUpdate bool
+	// StaleStatus: the node was picked again and its update controller has
+	// not answered the pick yet: UpdateStatus is an earlier pick's.
+	StaleStatus bool
 	// Started is when the node's current update started (zero if none):
 	// the rollout rate counts the plan's recent starts.
 	Started time.Time
@@ -78,7 +81,7 @@ type NodeView struct {
 
 // inFlight: the pool asked the node to update or abort and it has not ended.
 func (n NodeView) inFlight() bool {
-	return n.UpdatePhase != "" && !n.UpdateStatus.Done()
+	return n.UpdatePhase != "" && (!n.UpdateStatus.Done() || n.StaleStatus)
 }
 
 // failed: a terminal updater failure in plan, not yet remediated.

@@ -163,6 +163,13 @@ type FleetNodeStatus struct {
 	// health checks time it out (NodeHealthCheck inPlaceUpdateTimeout).
 	// +optional
 	UpdateStartTime *metav1.Time `json:"updateStartTime,omitempty"`
+
+	// updateAttempt is the pick updateStatus is about (<plan>/<attempt>):
+	// until the node's update controller answers a new pick, the status
+	// left by an earlier one is not taken for this one's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=300
+	UpdateAttempt string `json:"updateAttempt,omitempty"`
 }
 
 // NodeCertificate is a client certificate a hub signed for a node.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/clock"
 	"github.com/drover-fleet/drover/pkg/ctrlkit"
@@ -102,6 +103,11 @@ func templateSpec(ctx context.Context, c client.Reader, ref updatev1.ObjectRef) 
 		spec = map[string]any{}
 	}
 	return spec, nil
+}
+
+// updateAttempt names the pick a node is in: its plan and attempt.
+func updateAttempt(n *fleetv1.FleetNode) string {
+	return n.Labels[updatev1.LabelUpdateTaskName] + "/" + n.Annotations[AnnotationAttempt]
 }
 
 // ProgressInterval is how often a plan or pool writes status changes

@@ -52,6 +52,11 @@ type NodeReconciler struct {
 	watched map[schema.GroupVersionKind]bool
 	ctrl    controller.Controller
 	cache   cache.Cache
+
+	// writes guards lastWrite: per node, the update status this
+	// controller last wrote (plan, attempt, status, reason, message).
+	writes    sync.Mutex
+	lastWrite map[string]string
 }
 
 // +kubebuilder:rbac:groups=fleet.drover.io,resources=fleetnodes,verbs=get;list;watch;patch
@@ -117,6 +122,9 @@ func (r *NodeReconciler) generated() *NodeUpdateManagerReconciler {
 			return &nodeImpl{Options: r.Options, r: r, node: n}
 		},
 		Workflow: func(m *NodeUpdateManager, n *fleetv1.FleetNode) ctrlkit.Action {
+			if n.Spec.UpdatePhase == "" {
+				r.forget(n.Name)
+			}
 			return ctrlkit.Sequential(ctrlkit.ExitIf(n.Spec.UpdatePhase == ""), m.Decide(), m.SyncTasks(), m.UpdateStatus())
 		},
 		Observer: r.Observer,
@@ -338,6 +346,13 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 	d := i.decision
 	n := i.node
 	prev := updatev1.UpdateStatus(n.Status.UpdateStatus)
+	key := strings.Join([]string{n.Labels[updatev1.LabelUpdateTaskName], n.Annotations[AnnotationAttempt], string(d.Status), d.Reason, d.Message}, "\x00")
+	if i.r.wroteLast(n.Name, key) {
+		// This reconcile saw the node from a cache that has not caught up
+		// with our own last write: writing again would conflict, or
+		// repeat the write and its Event.
+		return i.requeue(d)
+	}
 
 	// Metadata first: once the status says updated, the pool must already
 	// see the node at its new revision.
@@ -365,18 +380,21 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 
 	before = n.DeepCopy()
 	n.Status.UpdateStatus = string(d.Status)
-	if d.Status == updatev1.StatusUpdating && prev != updatev1.StatusUpdating && prev != updatev1.StatusAborting || n.Status.UpdateStartTime == nil {
+	n.Status.UpdateAttempt = updateAttempt(n)
+	newPick := before.Status.UpdateAttempt != n.Status.UpdateAttempt
+	if d.Status == updatev1.StatusUpdating && (newPick || prev != updatev1.StatusUpdating && prev != updatev1.StatusAborting) || n.Status.UpdateStartTime == nil {
 		t := metav1.NewTime(i.now())
 		n.Status.UpdateStartTime = &t
 	}
 	changed := setCondition(&n.Status.Conditions, updatev1.InPlaceUpdateCondition, boolStatus(d.Status == updatev1.StatusUpdated), d.Reason, d.Message, n.Generation)
-	if changed || prev != d.Status || before.Status.UpdateStartTime != n.Status.UpdateStartTime {
+	if changed || prev != d.Status || before.Status.UpdateStartTime != n.Status.UpdateStartTime || before.Status.UpdateAttempt != n.Status.UpdateAttempt {
 		// The optimistic lock keeps a hub's concurrent Ready from being lost:
 		// conditions are one list in a merge patch.
 		if err := i.Client.Status().Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return requeueOnConflict(err)
 		}
 	}
+	i.r.remember(n.Name, key)
 	if prev != d.Status {
 		logger.Info("node update status", "updateStatus", d.Status, "reason", d.Reason)
 		typ := corev1.EventTypeNormal
@@ -395,6 +413,10 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 			i.Metrics.nodeEnded(d.Status, took)
 		}
 	}
+	return i.requeue(d)
+}
+
+func (i *nodeImpl) requeue(d inplace.NodeDecision) (reconcile.Result, error) {
 	if d.Status.Done() {
 		return ctrlkit.NoRequeue()
 	}
@@ -403,4 +425,28 @@ func (i *nodeImpl) UpdateStatus(ctx context.Context, logger logr.Logger) (reconc
 		after = d.RequeueAfter
 	}
 	return ctrlkit.RequeueAfter(after)
+}
+
+// wroteLast reports whether key is what this controller last wrote to
+// node's update status.
+func (r *NodeReconciler) wroteLast(node, key string) bool {
+	r.writes.Lock()
+	defer r.writes.Unlock()
+	return r.lastWrite[node] == key
+}
+
+func (r *NodeReconciler) remember(node, key string) {
+	r.writes.Lock()
+	defer r.writes.Unlock()
+	if r.lastWrite == nil {
+		r.lastWrite = map[string]string{}
+	}
+	r.lastWrite[node] = key
+}
+
+// forget drops what was remembered of a node no longer in an update.
+func (r *NodeReconciler) forget(node string) {
+	r.writes.Lock()
+	defer r.writes.Unlock()
+	delete(r.lastWrite, node)
 }

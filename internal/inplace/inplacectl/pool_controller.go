@@ -180,6 +180,7 @@ func nodeView(n *fleetv1.FleetNode, revision string) inplace.NodeView {
 	if n.Status.UpdateStartTime != nil {
 		v.Started = n.Status.UpdateStartTime.Time
 	}
+	v.StaleStatus = v.UpdatePhase != "" && n.Status.UpdateAttempt != updateAttempt(n)
 	if c := meta.FindStatusCondition(n.Status.Conditions, updatev1.InPlaceUpdateCondition); c != nil && v.UpdateStatus == updatev1.StatusFailed {
 		v.FailedUpdater, v.FailedReason = n.Annotations[annotationFailedUpdater], c.Message
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/inplace"
 	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
@@ -117,6 +118,19 @@ func TestTemplateChangeAsksUpdatersAndPlans(t *testing.T) {
 	second := setPool(func(p *updatev1.NodePool) { p.Spec.Template.AgentVersion = "v3" })
 	waitPlan(t, first, "first plan aborted by the newer change", statusIs(updatev1.StatusAborted))
 	waitRequest(second, updatev1.RequestPlanned)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var l fleetv1.FleetNodeList
+		_ = env.Client.List(context.Background(), &l, client.MatchingLabels{"pool": x})
+		for _, n := range l.Items {
+			t.Logf("at failure: node %s labels %v ann %v spec.phase %s status %s conds %+v", n.Name, n.Labels, n.Annotations, n.Spec.UpdatePhase, n.Status.UpdateStatus, n.Status.Conditions)
+		}
+		var p updatev1.InPlaceUpdatePlan
+		_ = env.Client.Get(context.Background(), client.ObjectKey{Name: second}, &p)
+		t.Logf("at failure: plan %+v", p.Status)
+	})
 	waitPlan(t, second, "second plan updated", statusIs(updatev1.StatusUpdated))
 	for name, st := range nodeStatuses(t, x) {
 		if st != "updated" {
