@@ -72,7 +72,7 @@ func TestHelmDryRunApply(t *testing.T) {
 				kinds[o.GetKind()]++
 			}
 			for _, k := range append([]string{"CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-				"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "StatefulSet", "Service"}, c.want...) {
+				"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "StatefulSet", "Service", "PodDisruptionBudget"}, c.want...) {
 				if kinds[k] == 0 {
 					t.Errorf("no %s rendered (have %v)", k, kinds)
 				}
@@ -105,6 +105,7 @@ func TestKustomizeDryRunApply(t *testing.T) {
 		{"Deployment", "drover-manager"}, {"StatefulSet", "drover-hub"},
 		{"Service", "drover-webhook"}, {"Service", "drover-signer"}, {"Service", "drover-manager-metrics"},
 		{"Service", "drover-hub"}, {"Service", "drover-hub-headless"},
+		{"PodDisruptionBudget", "drover-manager"}, {"PodDisruptionBudget", "drover-hub"},
 	} {
 		got := withoutLabels(find(t, objs, k.kind, "drover-system", k.name).Object["spec"])
 		want := withoutLabels(find(t, chart, k.kind, "drover-system", k.name).Object["spec"])
@@ -321,6 +322,20 @@ func checkWorkloads(t *testing.T, objs []*unstructured.Unstructured, ns string) 
 		t.Errorf("the hubs reach the signer at %s, not in its certificate (--signer-hosts=%s)", host, flag(mgr.Args, "signer-hosts"))
 	}
 	checkService(t, find(t, objs, "Service", ns, "drover-hub"), addrPort(t, flag(hub.Args, "hub-listen")), "grpc", "hub")
+
+	// PodDisruptionBudgets, if any, select their workload's pods.
+	for _, w := range []*unstructured.Unstructured{dep, sts} {
+		for _, o := range objs {
+			if o.GetKind() != "PodDisruptionBudget" || o.GetName() != w.GetName() {
+				continue
+			}
+			sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+			pods, _, _ := unstructured.NestedStringMap(w.Object, "spec", "template", "metadata", "labels")
+			if !isSubset(sel, pods) {
+				t.Errorf("PodDisruptionBudget %s selects %v, not the pods of %s %s (%v)", o.GetName(), sel, w.GetKind(), w.GetName(), pods)
+			}
+		}
+	}
 
 	// The ServiceMonitor, if any, selects the metrics Services.
 	for _, sm := range objs {

@@ -135,7 +135,9 @@ func (tl *tools) try(bin string, args ...string) (string, error) {
 	cmd.Env = append(os.Environ(),
 		"HELM_CACHE_HOME="+filepath.Join(tl.home, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(tl.home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(tl.home, "data"))
+		"HELM_DATA_HOME="+filepath.Join(tl.home, "data"),
+		// No cluster: helm would warn about a group-readable kubeconfig.
+		"KUBECONFIG="+filepath.Join(tl.home, "no-kubeconfig"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
