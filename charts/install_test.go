@@ -44,6 +44,59 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
+// TestNotes: what `helm install` prints says how to get a bootstrap token
+// and Drover's CA and join an agent (TestChartRunsInAnotherNamespace runs
+// those commands), and where the hubs are for the Service type.
+func TestNotes(t *testing.T) {
+	tl := needTools(t)
+	// helm install --dry-run (client) still asks a cluster for its version
+	// and for objects the release would take over.
+	env := controlPlane(t)
+	for _, c := range []struct {
+		set  []string
+		want []string
+	}{
+		{nil, []string{"drover token create --namespace drover-system", "drover ca --namespace drover-system > ca.crt",
+			"drover-agent --node edge-1 --hub HUB:7443 --token <token>", "drover approve edge-1", "drover-hub.drover-system.svc"}},
+		{[]string{"hub.service.type=LoadBalancer"}, []string{"get service drover-hub -o jsonpath='{.status.loadBalancer.ingress[0]}'", "hub.extraHosts"}},
+		{[]string{"hub.service.type=NodePort", "hub.grpc.port=9000"}, []string{"nodePort", "--hub HUB:9000"}},
+	} {
+		// --take-ownership: the control plane installed config/rbac and
+		// config/admission itself.
+		args := []string{"install", "drover", "charts/drover", "--namespace", "drover-system", "--dry-run=client",
+			"--take-ownership", "--kubeconfig", env.Kubeconfig}
+		for _, s := range c.set {
+			args = append(args, "--set", s)
+		}
+		out := tl.run(t, tl.helm, args...)
+		checkNotes(t, out, c.want...)
+	}
+}
+
+// checkNotes checks that the NOTES helm install printed have every want.
+func checkNotes(t *testing.T, out string, want ...string) {
+	t.Helper()
+	_, notes, ok := strings.Cut(out, "\nNOTES:\n")
+	if !ok {
+		t.Fatalf("helm install printed no NOTES:\n%s", out)
+	}
+	for _, w := range want {
+		if !strings.Contains(notes, w) {
+			t.Errorf("NOTES lack %q:\n%s", w, notes)
+		}
+	}
+}
+
+// TestChartRefusesOldKubernetes: the chart fails on a cluster without
+// ValidatingAdmissionPolicy v1.
+func TestChartRefusesOldKubernetes(t *testing.T) {
+	tl := needTools(t)
+	_, err := tl.try(tl.helm, "template", "drover", "charts/drover", "--kube-version", "v1.29.9")
+	if err == nil || !strings.Contains(err.Error(), "Drover needs Kubernetes 1.30 or later") {
+		t.Errorf("helm template --kube-version v1.29.9: %v, want a refusal naming Kubernetes 1.30", err)
+	}
+}
+
 // TestHelmDryRunApply renders the chart with the defaults and with the
 // ServiceMonitor and NetworkPolicy on, and applies each output to a real
 // kube-apiserver with a server-side dry run: every object is valid there.

@@ -32,8 +32,8 @@ import (
 // (a manager, a hub, an agent) on a loaded machine.
 const procTimeout = 2 * time.Minute
 
-// TestChartRunsInAnotherNamespace installs the chart's objects for real in
-// the namespace "fleet" and runs what its Deployment and StatefulSet would:
+// TestChartRunsInAnotherNamespace installs the chart with helm in the
+// namespace "fleet" and runs what its Deployment and StatefulSet would:
 // `drover manager` and `drover hub` with the rendered arguments (addresses
 // moved to loopback, $(POD_NAME) as the kubelet would expand it) as the
 // chart's ServiceAccounts. Then it follows NOTES.txt: a bootstrap token
@@ -50,10 +50,17 @@ func TestChartRunsInAnotherNamespace(t *testing.T) {
 	const ns = "fleet"
 	ctx := context.Background()
 
-	a := newApplier(t, env)
-	a.namespace(t, ns)
-	objs := tl.helmTemplate(t, ns)
-	a.apply(t, objs)
+	// A real helm install. --take-ownership: the control plane installed
+	// config/rbac and config/admission itself (as someone who applied them
+	// by hand before would have); their cluster-wide objects move to the
+	// release.
+	out := tl.run(t, tl.helm, "install", "drover", "charts/drover", "--namespace", ns, "--create-namespace",
+		"--take-ownership", "--kubeconfig", env.Kubeconfig)
+	checkNotes(t, out, "drover token create --namespace "+ns, "drover ca --namespace "+ns)
+	objs := decode(t, tl.run(t, tl.helm, "get", "manifest", "drover", "--namespace", ns, "--kubeconfig", env.Kubeconfig))
+	if got := find(t, objs, "ClusterRoleBinding", "", "drover-hub"); !strings.Contains(fmt.Sprint(got.Object["subjects"]), "namespace:"+ns) {
+		t.Errorf("ClusterRoleBinding drover-hub binds %v, want the ServiceAccount in %s", got.Object["subjects"], ns)
+	}
 
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -194,23 +201,6 @@ func local(args []string, repl map[string]string) []string {
 		out = append(out, a)
 	}
 	return out
-}
-
-// apply applies objects for real (server-side apply, taking over fields
-// the control plane's own install of config/rbac set).
-func (a *applier) apply(t *testing.T, objs []*unstructured.Unstructured) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for _, o := range objs {
-		r, err := a.resource(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "drover-chart-test", Force: true}); err != nil {
-			t.Fatalf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
-		}
-	}
 }
 
 // proc is a child process whose output is kept.

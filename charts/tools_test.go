@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -29,8 +30,8 @@ import (
 // (Go's build cache) seconds.
 const toolTimeout = 20 * time.Minute
 
-// kubeVersion is the Kubernetes version helm renders for: the chart's
-// minimum (its Chart.yaml kubeVersion).
+// kubeVersion is the Kubernetes version helm template renders for: the
+// chart's minimum (its Chart.yaml kubeVersion).
 const kubeVersion = "v1.30.0"
 
 // runTimeout bounds one helm or kustomize run.
@@ -66,7 +67,11 @@ var buildTools = sync.OnceValues(func() (*tools, error) {
 	// helm's dependencies reach the main module's graph. One go build for
 	// both shares the work between them; -o DIR/ names the binaries helm
 	// and kustomize.
-	cmd := exec.CommandContext(ctx, goCommand(), "build", "-o", dir+string(filepath.Separator),
+	ldflags, err := helmKubeVersion(filepath.Join(root, "tools", "go.mod"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-ldflags", ldflags, "-o", dir+string(filepath.Separator),
 		"helm.sh/helm/v3/cmd/helm", "sigs.k8s.io/kustomize/kustomize/v5")
 	cmd.Dir = filepath.Join(root, "tools")
 	cmd.Env = append(os.Environ(), "GOWORK=off")
@@ -76,6 +81,26 @@ var buildTools = sync.OnceValues(func() (*tools, error) {
 	fmt.Fprintf(os.Stderr, "charts: go build of helm and kustomize (tools/go.mod) took %s\n", time.Since(start).Round(time.Second))
 	return tl, nil
 })
+
+// helmKubeVersion returns the -ldflags that helm's Makefile sets: the
+// Kubernetes version helm assumes without a cluster (`helm install
+// --dry-run=client`, lint's deprecation rules) is that of its client-go,
+// not 1.20.
+func helmKubeVersion(gomod string) (string, error) {
+	b, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", err
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s\.io/client-go v0\.(\d+)\.`).FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("%s: no k8s.io/client-go v0.N requirement", gomod)
+	}
+	var flags []string
+	for _, pkg := range []string{"helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"} {
+		flags = append(flags, "-X", pkg+".k8sVersionMajor=1", "-X", pkg+".k8sVersionMinor="+string(m[1]))
+	}
+	return strings.Join(flags, " "), nil
+}
 
 // needTools builds the tools (once) or fails t; under -short it skips t.
 func needTools(t *testing.T) *tools {
@@ -153,8 +178,8 @@ func (tl *tools) try(bin string, args ...string) (string, error) {
 // helmTemplate renders the chart as release "drover" in ns.
 func (tl *tools) helmTemplate(t *testing.T, ns string, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	// A helm built with `go build` (not its Makefile) assumes Kubernetes
-	// 1.20 unless told; the chart needs 1.30 (ValidatingAdmissionPolicy).
+	// The chart's minimum Kubernetes (ValidatingAdmissionPolicy): it
+	// renders there.
 	args := []string{"template", "drover", "charts/drover", "--namespace", ns, "--include-crds", "--kube-version", kubeVersion}
 	for _, s := range set {
 		args = append(args, "--set", s)
