@@ -114,7 +114,7 @@ func TestHelmDryRunApply(t *testing.T) {
 		want     []string // kinds that must be there besides the defaults'
 	}{
 		{name: "defaults", ns: "drover-system"},
-		{name: "monitoring and network policy", ns: "drover-system", set: []string{"serviceMonitor.enabled=true", "networkPolicy.enabled=true"}, want: []string{"ServiceMonitor", "NetworkPolicy"}},
+		{name: "monitoring and network policy", ns: "drover-system", set: []string{"serviceMonitor.enabled=true", "values:charts/testdata/networkpolicy-values.yaml"}, want: []string{"ServiceMonitor", "NetworkPolicy"}},
 		{name: "another namespace, LoadBalancer, no MQTT, no webhook", ns: "fleet", set: []string{"hub.service.type=LoadBalancer", "hub.service.externalTrafficPolicy=Local", "hub.mqtt.enabled=false", "manager.webhook.enabled=false", "hub.extraHosts={hubs.example.com}"}},
 	}
 	for _, c := range cases {

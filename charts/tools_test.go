@@ -175,14 +175,19 @@ func (tl *tools) try(bin string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// helmTemplate renders the chart as release "drover" in ns.
+// helmTemplate renders the chart as release "drover" in ns, with --set
+// for each of set ("values:FILE" for a values file).
 func (tl *tools) helmTemplate(t *testing.T, ns string, set ...string) []*unstructured.Unstructured {
 	t.Helper()
 	// The chart's minimum Kubernetes (ValidatingAdmissionPolicy): it
 	// renders there.
 	args := []string{"template", "drover", "charts/drover", "--namespace", ns, "--include-crds", "--kube-version", kubeVersion}
 	for _, s := range set {
-		args = append(args, "--set", s)
+		if file, ok := strings.CutPrefix(s, "values:"); ok {
+			args = append(args, "--values", file)
+		} else {
+			args = append(args, "--set", s)
+		}
 	}
 	return decode(t, tl.run(t, tl.helm, args...))
 }
