@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +57,10 @@ var buildTools = sync.OnceValues(func() (*tools, error) {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	dir := filepath.Join(cache, "drover-test-tools")
+	// One directory per checkout: two worktrees' tests never write the same
+	// binary at once.
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(cache, "drover-test-tools", hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
