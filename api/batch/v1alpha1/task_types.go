@@ -154,8 +154,8 @@ const (
 
 // TaskSpec is what to run, and where and how often to try.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || size(oldSelf.nodeName) == 0 || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
-// +kubebuilder:validation:XValidation:rule="(has(self.driver) && self.driver == 'containerd') == (has(self.image) && size(self.image) > 0)",message="image is required with driver containerd, and only with it"
-// +kubebuilder:validation:XValidation:rule="(has(self.driver) && self.driver == 'containerd') || (has(self.command) && size(self.command) > 0)",message="command is required with driver exec"
+// +kubebuilder:validation:XValidation:rule="(has(self.driver) && self.driver == 'containerd') == (has(self.image) && size(self.image) > 0)",message="image is required with driver containerd, and only with it",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="(has(self.driver) && self.driver == 'containerd') || (has(self.command) && size(self.command) > 0)",message="command is required with driver exec",fieldPath=".command"
 // +kubebuilder:validation:XValidation:rule="!(has(self.driver) && self.driver == 'containerd') || !has(self.artifacts) || size(self.artifacts) == 0",message="artifacts are not supported with driver containerd (put the files in the image)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.driver) && self.driver == 'containerd') || !has(self.workingDir) || self.workingDir.startsWith('/')",message="with driver containerd, workingDir is an absolute dir inside the container"
 type TaskSpec struct {
