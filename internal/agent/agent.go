@@ -82,6 +82,9 @@ type Options struct {
 	// Cgroups, when set, runs each task attempt in a cgroup of its own
 	// (taskexec.Options.Cgroups). Default nil: process groups only.
 	Cgroups *cgroup.Manager
+	// Containerd runs the tasks whose driver is containerd
+	// (taskexec.Options.Containerd). Default nil: they fail, DriverUnavailable.
+	Containerd *taskexec.Containerd
 	// Runners run work items by type. "noop" is always available.
 	Runners map[string]Runner
 	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;

@@ -43,7 +43,8 @@ func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, erro
 	// logs until the retention period is over.
 	d, err := taskexec.New(taskexec.Options{StateDir: a.opts.StateDir, WorkDir: a.opts.WorkDir, TaskUser: a.opts.TaskUser,
 		AllowRoot: a.opts.AllowRootTasks, Logger: log,
-		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Clock: a.opts.Clock, Cgroups: a.opts.Cgroups})
+		Retention: a.opts.TaskRetention, MaxArtifactBytes: a.opts.MaxArtifactBytes, Clock: a.opts.Clock, Cgroups: a.opts.Cgroups,
+		Containerd: a.opts.Containerd})
 	if err != nil {
 		return taskSet{}, err
 	}
@@ -55,7 +56,7 @@ func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, erro
 		d.Close()
 		return taskSet{}, err
 	}
-	return taskSet{runners: map[string]Runner{taskwire.TypeExec: r}, close: d.Close}, nil
+	return taskSet{runners: map[string]Runner{taskwire.TypeExec: r, taskwire.TypeContainerd: r}, close: d.Close}, nil
 }
 
 // taskRunner runs task attempts through the exec driver, many at once.

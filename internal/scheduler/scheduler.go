@@ -136,6 +136,9 @@ func TaskFrom(t *batchv1.Task) (Task, error) {
 // WorkOf is what t asks of a NodeGrant.
 func WorkOf(t *batchv1.Task) tenancy.Work {
 	w := tenancy.Work{WorkingDir: t.Spec.WorkingDir}
+	if t.Spec.Driver == batchv1.DriverContainerd {
+		w.WorkingDir = "" // a dir inside the container, not the node's
+	}
 	if sc := t.Spec.SecurityContext; sc != nil {
 		w.RunAsUser, w.RunAsGroup = sc.RunAsUser, sc.RunAsGroup
 	}

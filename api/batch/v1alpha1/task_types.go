@@ -143,22 +143,46 @@ type TaskSecurityContext struct {
 	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
 }
 
+// Drivers of a task (TaskSpec.Driver).
+const (
+	// DriverExec runs the task as a process on the node.
+	DriverExec = "exec"
+	// DriverContainerd runs it as a container of the node's containerd
+	// (docs/containers.md).
+	DriverContainerd = "containerd"
+)
+
 // TaskSpec is what to run, and where and how often to try.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || size(oldSelf.nodeName) == 0 || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set"
+// +kubebuilder:validation:XValidation:rule="(has(self.driver) && self.driver == 'containerd') == (has(self.image) && size(self.image) > 0)",message="image is required with driver containerd, and only with it",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="(has(self.driver) && self.driver == 'containerd') || (has(self.command) && size(self.command) > 0)",message="command is required with driver exec",fieldPath=".command"
+// +kubebuilder:validation:XValidation:rule="!(has(self.driver) && self.driver == 'containerd') || !has(self.artifacts) || size(self.artifacts) == 0",message="artifacts are not supported with driver containerd (put the files in the image)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.driver) && self.driver == 'containerd') || !has(self.workingDir) || self.workingDir.startsWith('/')",message="with driver containerd, workingDir is an absolute dir inside the container"
 type TaskSpec struct {
-	// driver runs the task. Only exec: a process on the node.
-	// +kubebuilder:validation:Enum=exec
+	// driver runs the task: exec, a process on the node (the default), or
+	// containerd, a container of the node's containerd made from image
+	// (docs/containers.md).
+	// +kubebuilder:validation:Enum=exec;containerd
 	// +kubebuilder:default=exec
 	// +optional
 	Driver string `json:"driver,omitempty"`
+	// image is the container image of a containerd task, pre-pulled on
+	// the node (ImagePrePullJob) or imported into containerd's namespace
+	// drover. Required with driver containerd, refused without.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
+	// +optional
+	Image string `json:"image,omitempty"`
 	// command is the argv of the process; command[0] is a path or a name
-	// looked up in the agent's PATH. Never run through a shell.
-	// +kubebuilder:validation:MinItems=1
+	// looked up in the agent's PATH. Never run through a shell. Required
+	// with driver exec; with driver containerd, optional: when set it
+	// replaces the image's entrypoint and cmd.
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=4096
 	// +kubebuilder:validation:items:Pattern=`^[^\x00]*$`
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[0].size() > 0",message="command[0] must name a program"
-	Command []string `json:"command"`
+	// +optional
+	Command []string `json:"command,omitempty"`
 	// env of the process, added to a minimal environment (PATH, HOME).
 	// +kubebuilder:validation:MaxItems=128
 	// +listType=map

@@ -75,6 +75,17 @@ func TestTaskValidation(t *testing.T) {
 			t.Spec.RestartPolicy = batchv1.RestartOnFailure
 		}), ""},
 		{"empty command", task("bad-cmd", func(t *batchv1.Task) { t.Spec.Command = nil }), "command"},
+		{"containerd with an image and no command", task("ok-ctr", func(t *batchv1.Task) {
+			t.Spec.Driver, t.Spec.Image, t.Spec.Command = batchv1.DriverContainerd, "registry.example.com/a/b:1", nil
+		}), ""},
+		{"containerd without an image", task("bad-ctr", func(t *batchv1.Task) { t.Spec.Driver = batchv1.DriverContainerd }),
+			"image is required with driver containerd"},
+		{"an image with driver exec", task("bad-img", func(t *batchv1.Task) { t.Spec.Image = "a/b:1" }),
+			"image is required with driver containerd, and only with it"},
+		{"containerd with artifacts", task("bad-ctr-art", func(t *batchv1.Task) {
+			t.Spec.Driver, t.Spec.Image = batchv1.DriverContainerd, "a/b:1"
+			t.Spec.Artifacts = []batchv1.Artifact{{URL: "https://example.com/a.tar", SHA256: digest, Path: "a.tar"}}
+		}), "artifacts are not supported with driver containerd"},
 		{"empty program", task("bad-prog", func(t *batchv1.Task) { t.Spec.Command = []string{""} }), "command[0] must name a program"},
 		{"env name with injection", task("bad-env", func(t *batchv1.Task) { t.Spec.Env = []batchv1.EnvVar{{Name: "A;B", Value: "x"}} }), "name"},
 		{"relative working dir inside the attempt's", task("ok-wd", func(t *batchv1.Task) { t.Spec.WorkingDir = "out/build" }), ""},

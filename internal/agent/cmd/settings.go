@@ -15,6 +15,7 @@ import (
 	"github.com/drover-fleet/drover/internal/agent"
 	"github.com/drover-fleet/drover/internal/agent/mqttclient"
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
+	"github.com/drover-fleet/drover/internal/ctrd/ctrdwire"
 	"github.com/drover-fleet/drover/internal/mqtt/topics"
 )
 
@@ -39,6 +40,8 @@ type settings struct {
 	cgParent  string
 	taskUser  string
 	metrics   string
+	ctrdAddr  string
+	ctrdComp  string
 
 	config      string
 	checkConfig bool
@@ -90,6 +93,10 @@ func newSettings() *settings {
 			"auto (when the node has cgroup v1 or v2 and the agent may create cgroups; else process groups only), off, or required (refuse to start without)")
 	fs.StringVar(&s.cgParent, "cgroup-parent", "",
 		"cgroup under which task attempts' cgroups are created, as a path from each hierarchy's root (e.g. /drover); default: a drover child of the agent's own cgroup")
+	fs.StringVar(&s.ctrdAddr, "containerd-address", ctrdwire.DefaultAddress,
+		"containerd's socket, for tasks with driver containerd (docs/containers.md); empty: this agent runs no container tasks (they fail, DriverUnavailable)")
+	fs.StringVar(&s.ctrdComp, "containerd-companion", "",
+		"path of drover-containerd, the companion that talks to containerd; default: drover-containerd next to drover-agent")
 	fs.StringVar(&s.metrics, "metrics-addr", "",
 		"serve Prometheus metrics (sessions, work items by type and result, node job actions) on http://ADDR/metrics, e.g. 127.0.0.1:9464; "+
 			"default off. Plain HTTP without authentication: keep it on loopback or a trusted network")
@@ -135,6 +142,17 @@ func (s *settings) options() (agent.Options, error) {
 			return o, fmt.Errorf("--task-user %s is root: every task would run as root; add --allow-root-tasks if that is meant", s.taskUser)
 		}
 		o.TaskUser = &u
+	}
+	if s.ctrdAddr != "" {
+		comp := s.ctrdComp
+		if comp == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return o, fmt.Errorf("--containerd-companion: cannot find drover-agent's own path to look next to it: %w", err)
+			}
+			comp = filepath.Join(filepath.Dir(exe), "drover-containerd")
+		}
+		o.Containerd = &taskexec.Containerd{Companion: comp, Address: s.ctrdAddr, Namespace: ctrdwire.DefaultNamespace}
 	}
 	if o.MaxArtifactBytes <= 0 {
 		return o, fmt.Errorf("--max-artifact-bytes %d: want a size in bytes above 0", o.MaxArtifactBytes)

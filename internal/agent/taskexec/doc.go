@@ -158,6 +158,22 @@
 // and the next start reports them lost. (The attempts' own cgroups are
 // children of the agent's by default, so the same holds for them.)
 //
+// # Containers
+//
+// An attempt whose spec names driver containerd (Options.Containerd) runs
+// the same way, but its process is the drover-containerd companion
+// (package ctrd), as the agent's user and outside any cgroup of the
+// agent's: it creates and starts the container (as the attempt's user,
+// with the spec's limits on containerd's cgroup), copies its output to the
+// log shim, and writes ResultFile in the task dir. The monitor never
+// signals the companion: SIGTERM and SIGKILL go to the container through
+// `drover-containerd kill`, and the result is read from ResultFile with
+// the exec rules (timeout 143/137, OOMKilled 137). A companion that ends
+// without a result has its container removed (ReasonLost); Adopt of an
+// attempt whose companion is gone with no result starts a new companion
+// (`wait`) that re-attaches to the container. No containerd (no socket, no
+// companion) fails Prepare with taskwire.ReasonDriverUnavailable.
+//
 // # What not
 //
 // No resource limits without cgroups, no user switching without root (nor

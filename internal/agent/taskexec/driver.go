@@ -1,6 +1,7 @@
 package taskexec
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/agent/cgroup"
 	"github.com/drover-fleet/drover/internal/clock"
+	"github.com/drover-fleet/drover/internal/ctrd/ctrdwire"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 )
 
@@ -93,6 +95,10 @@ type Options struct {
 	// Cgroups, when set, contains each attempt in a cgroup of its own
 	// (see the package doc); nil keeps attempts in process groups only.
 	Cgroups *cgroup.Manager
+	// Containerd, when set, runs the attempts whose spec names driver
+	// containerd (see the package doc, "Containers"); nil fails them with
+	// reason taskwire.ReasonDriverUnavailable.
+	Containerd *Containerd
 	// Logger for operators. Default: discard.
 	Logger *slog.Logger
 }
@@ -117,6 +123,9 @@ type Info struct {
 	// started, which writes its log files itself.
 	LogShimPID        int    `json:"logShimPid,omitempty"`
 	LogShimStartTicks uint64 `json:"logShimStartTicks,omitempty"`
+	// Container is the containerd container id of a containerd attempt
+	// (PID is then its drover-containerd companion's); empty for exec.
+	Container string `json:"container,omitempty"`
 }
 
 // Result is how an attempt ended: Phase one of taskwire.PhaseSucceeded,
@@ -191,6 +200,12 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c := opts.Containerd; c != nil {
+		cc := *c
+		cc.Address = cmp.Or(cc.Address, ctrdwire.DefaultAddress)
+		cc.Namespace = cmp.Or(cc.Namespace, ctrdwire.DefaultNamespace)
+		opts.Containerd = &cc
 	}
 	d := &Driver{
 		opts:      opts,
@@ -346,6 +361,8 @@ type Prepared struct {
 	user      User
 	env       []string
 	logDir    string
+	args      []string // the argv to start: the spec's command, or the companion's
+	container bool     // a containerd attempt: the process is its companion
 }
 
 // Prepare checks spec, creates the attempt's directories and log files and
@@ -364,7 +381,13 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	if err != nil {
 		return nil, &Error{Reason: taskwire.ReasonRunAs, Err: err}
 	}
-	p := &Prepared{d: d, id: id, spec: spec, logDir: d.TaskDir(id), user: user}
+	container := spec.Driver == taskwire.DriverContainerd
+	if container {
+		if err := d.opts.Containerd.available(); err != nil {
+			return nil, &Error{Reason: taskwire.ReasonDriverUnavailable, Err: err}
+		}
+	}
+	p := &Prepared{d: d, id: id, spec: spec, logDir: d.TaskDir(id), user: user, args: spec.Command}
 	attempt := d.WorkDir(id)
 	// From here the collector leaves the task dir alone, until Start hands
 	// it to the process or Close marks it ended.
@@ -385,6 +408,16 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	if err := os.MkdirAll(p.logDir, 0o700); err != nil {
 		return nil, startErr("create the task dir: %w", err)
 	}
+	if container {
+		if err := d.prepareContainer(p); err != nil {
+			return nil, startErr("%w", err)
+		}
+		if err := createLogs(p.logDir); err != nil {
+			return nil, startErr("%w", err)
+		}
+		ok = true
+		return p, nil
+	}
 	if d.switching {
 		if err := reachable(attempt, user); err != nil {
 			return nil, startErr("%w", err)
@@ -403,17 +436,24 @@ func (d *Driver) Prepare(ctx context.Context, id string, spec *taskwire.Spec) (*
 	if p.path, err = lookPath(spec.Command[0], p.env, p.dir); err != nil {
 		return nil, startErr("%w", err)
 	}
-	// Made here, empty, so that a reader finds them from the start; the
-	// log shim writes them.
-	for _, name := range []string{StdoutFile, StderrFile} {
-		f, err := openLog(filepath.Join(p.logDir, name))
-		if err != nil {
-			return nil, startErr("%w", err)
-		}
-		f.Close()
+	if err := createLogs(p.logDir); err != nil {
+		return nil, startErr("%w", err)
 	}
 	ok = true
 	return p, nil
+}
+
+// createLogs makes the log files, empty, so that a reader finds them from
+// the start; the log shim writes them.
+func createLogs(dir string) error {
+	for _, name := range []string{StdoutFile, StderrFile} {
+		f, err := openLog(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
 }
 
 // Close releases a prepared attempt that will not start: its task dir is
@@ -537,16 +577,20 @@ func (p *Prepared) Start() (*Proc, error) {
 	defer stderr.Close()
 	shimPID := shim.Process.Pid
 	shim.Process.Release() // the monitor reaps it by pid
+	cred := d.credential(p.user)
+	if p.container {
+		cred = nil // the companion is the agent's; its container runs as p.user
+	}
 	cmd := &exec.Cmd{
 		Path:   p.path,
-		Args:   p.spec.Command,
+		Args:   p.args,
 		Env:    p.env,
 		Dir:    p.dir,
 		Stdout: stdout,
 		Stderr: stderr,
 		// Its own group: signals go to everything it started, and an agent
 		// stopped from a terminal (SIGINT to the foreground group) leaves it.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: d.credential(p.user)},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 	}
 	// From here the monitor reaps the shim whenever it ends: at once when
 	// the task does not start (its pipes close with the deferred Closes).
@@ -555,7 +599,8 @@ func (p *Prepared) Start() (*Proc, error) {
 	d.mu.Unlock()
 	d.kick()
 	var cg *cgroup.Group
-	if m := d.opts.Cgroups; m != nil {
+	// A container's cgroup is containerd's, with the spec's limits.
+	if m := d.opts.Cgroups; m != nil && !p.container {
 		var err error
 		cg, err = m.Create(p.id, cgroup.Limits{MemoryBytes: p.spec.MemoryBytes, CPUMillis: p.spec.CPUMillis})
 		if err != nil {
@@ -585,7 +630,7 @@ func (p *Prepared) Start() (*Proc, error) {
 	err = cmd.Start()
 	release()
 	if err != nil {
-		return startErr(fmt.Errorf("start %s: %w", p.spec.Command[0], err))
+		return startErr(fmt.Errorf("start %s: %w", p.args[0], err))
 	}
 	now := d.opts.Clock.Now()
 	pid := cmd.Process.Pid
@@ -609,6 +654,9 @@ func (p *Prepared) Start() (*Proc, error) {
 	if cg != nil {
 		info.Cgroup = cg.Dirs()
 	}
+	if p.container {
+		info.Container = p.id
+	}
 	if p.spec.TimeoutSeconds > 0 {
 		info.Deadline = now.Add(time.Duration(p.spec.TimeoutSeconds) * time.Second)
 	}
@@ -618,7 +666,7 @@ func (p *Prepared) Start() (*Proc, error) {
 	d.procs[proc] = struct{}{}
 	p.started = true
 	d.kick()
-	d.log.Debug("task started", "id", p.id, "pid", pid, "logShim", shimPID, "command", p.spec.Command[0], "user", p.user.String())
+	d.log.Debug("task started", "id", p.id, "pid", pid, "logShim", shimPID, "command", p.args[0], "user", p.user.String(), "container", info.Container)
 	return proc, nil
 }
 
@@ -626,6 +674,11 @@ func (p *Prepared) Start() (*Proc, error) {
 // persisted). A process that is gone, or whose pid now belongs to another
 // process, gives a Proc already done, Failed with reason taskwire.ReasonLost.
 func (d *Driver) Adopt(id string, spec *taskwire.Spec, info Info) *Proc {
+	if info.Container != "" {
+		if proc := d.reattach(id, spec, info); proc != nil {
+			return proc
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	proc := d.newProc(id, spec, info, false)

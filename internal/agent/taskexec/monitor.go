@@ -199,6 +199,10 @@ func (d *Driver) reapShims() {
 // signal sends sig to p's group (to p alone if it leads none). An error
 // (the process is gone) is left to the next check to notice.
 func (p *Proc) signal(sig syscall.Signal) {
+	if p.info.Container != "" {
+		p.d.killContainer(p, sig)
+		return
+	}
 	target := p.info.PID
 	if p.pgid == p.info.PID {
 		target = -p.pgid
@@ -222,6 +226,9 @@ func (p *Proc) ended() (Result, bool) {
 			p.killLeftovers()
 		}
 		p.endCgroup()
+		if p.info.Container != "" {
+			return p.containerResult(), true
+		}
 		return p.result(nil), true
 	}
 	var si unix.Siginfo
@@ -255,6 +262,9 @@ func (p *Proc) ended() (Result, bool) {
 		break
 	}
 	p.endCgroup()
+	if p.info.Container != "" {
+		return p.containerResult(), true
+	}
 	return p.result(&ws), true
 }
 

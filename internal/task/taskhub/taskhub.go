@@ -406,6 +406,9 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 		Namespace: t.Namespace, Name: t.Name, Attempt: t.Status.Attempt,
 		Command: t.Spec.Command, WorkingDir: t.Spec.WorkingDir,
 	}
+	if t.Spec.Driver == taskwire.DriverContainerd {
+		s.Driver, s.Image = t.Spec.Driver, t.Spec.Image
+	}
 	if sc := t.Spec.SecurityContext; sc != nil {
 		s.RunAsUser, s.RunAsGroup = sc.RunAsUser, sc.RunAsGroup
 	}
@@ -439,7 +442,7 @@ func Item(t *batchv1.Task) (*agentv1.WorkItem, error) {
 	if len(b) > MaxSpecBytes {
 		return nil, fmt.Errorf("%w: the task's command, env and artifacts make %d bytes, more than %d", ErrSpecTooLarge, len(b), MaxSpecBytes)
 	}
-	return &agentv1.WorkItem{Uid: taskwire.WorkID(string(t.UID), t.Status.Attempt), Type: taskwire.TypeExec, Spec: b}, nil
+	return &agentv1.WorkItem{Uid: taskwire.WorkID(string(t.UID), t.Status.Attempt), Type: s.Type(), Spec: b}, nil
 }
 
 // active reports whether t's current attempt belongs on its node.

@@ -27,6 +27,18 @@ import (
 // TypeExec is the work item type of a task run by the exec driver.
 const TypeExec = "task-exec"
 
+// TypeContainerd is the work item type of a task run by the containerd
+// driver (Spec.Driver DriverContainerd): its own type, so that an agent
+// that does not know the driver refuses it instead of running its command
+// on the host.
+const TypeContainerd = "task-containerd"
+
+// Drivers of a Spec.
+const (
+	DriverExec       = "exec"
+	DriverContainerd = "containerd"
+)
+
 // WorkID is the agent work uid of attempt n of the task with uid.
 func WorkID(uid string, attempt int32) string {
 	return "task-" + uid + "-" + strconv.Itoa(int(attempt))
@@ -93,6 +105,11 @@ const (
 	// to run as (root without --allow-root-tasks, or any other user when
 	// the agent is not root and cannot switch).
 	ReasonRunAs = "RunAsRefused"
+	// ReasonDriverUnavailable: the agent cannot run the task's driver
+	// (containerd: no socket, or no drover-containerd companion).
+	ReasonDriverUnavailable = "DriverUnavailable"
+	// ReasonImageNotFound: the container's image is not on the node.
+	ReasonImageNotFound = "ImageNotFound"
 )
 
 // Exit codes of a process ended by a signal, as a shell reports them.
@@ -112,10 +129,16 @@ type Artifact struct {
 // Spec is what an agent needs to run one attempt of a task.
 type Spec struct {
 	// Namespace/Name/Attempt identify the task for logs and messages.
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Attempt   int32    `json:"attempt"`
-	Command   []string `json:"command"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Attempt   int32  `json:"attempt"`
+	// Driver is DriverExec (or empty) or DriverContainerd.
+	Driver string `json:"driver,omitempty"`
+	// Image is the container image of a DriverContainerd task.
+	Image string `json:"image,omitempty"`
+	// Command is the argv of the process. With DriverContainerd it is
+	// optional and, when set, replaces the image's entrypoint and cmd.
+	Command []string `json:"command"`
 	// Env is NAME=value pairs, added to a minimal environment.
 	Env []string `json:"env,omitempty"`
 	// WorkingDir is where the process starts. Empty: the attempt's own
@@ -169,12 +192,14 @@ const (
 	MaxArtifacts  = 32
 	MaxPathBytes  = 4096
 	MaxKillTimout = 3600
+	MaxImageBytes = 512
 )
 
 var (
 	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	urlRE      = regexp.MustCompile(`^https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,=%-]+$`)
 	digestRE   = regexp.MustCompile(`^[a-f0-9]{64}$`)
+	imageRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`)
 	relPathRE  = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$`)
 	errInvalid = errors.New("invalid task spec")
 )
@@ -184,8 +209,29 @@ func (s *Spec) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, args...))
 	}
-	if len(s.Command) == 0 || s.Command[0] == "" {
-		return bad("command must name a program")
+	switch s.Driver {
+	case "", DriverExec:
+		if s.Image != "" {
+			return bad("image is only for driver %s", DriverContainerd)
+		}
+		if len(s.Command) == 0 || s.Command[0] == "" {
+			return bad("command must name a program")
+		}
+	case DriverContainerd:
+		if !imageRE.MatchString(s.Image) || len(s.Image) > MaxImageBytes {
+			return bad("driver %s needs an image reference (at most %d bytes)", DriverContainerd, MaxImageBytes)
+		}
+		if len(s.Command) > 0 && s.Command[0] == "" {
+			return bad("command[0] must name a program")
+		}
+		if len(s.Artifacts) > 0 {
+			return bad("artifacts are not supported with driver %s", DriverContainerd)
+		}
+		if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
+			return bad("workingDir %q must be absolute with driver %s (a dir inside the container)", s.WorkingDir, DriverContainerd)
+		}
+	default:
+		return bad("unknown driver %q", s.Driver)
 	}
 	if len(s.Command) > MaxArgs {
 		return bad("command has %d arguments, more than %d", len(s.Command), MaxArgs)
@@ -261,6 +307,14 @@ func checkWorkingDir(dir string) error {
 
 // RunsAs reports whether s names a user or group to run as.
 func (s *Spec) RunsAs() bool { return s.RunAsUser != nil || s.RunAsGroup != nil }
+
+// Type is the work item type of s.
+func (s *Spec) Type() string {
+	if s.Driver == DriverContainerd {
+		return TypeContainerd
+	}
+	return TypeExec
+}
 
 // Encode returns the JSON of s.
 func (s *Spec) Encode() ([]byte, error) { return json.Marshal(s) }

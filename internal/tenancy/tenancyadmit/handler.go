@@ -174,6 +174,9 @@ func (h *Handler) check(ctx context.Context, p *tenancy.Policy, fresh bool, ns s
 	denied := 0
 	for _, s := range specs {
 		w := tenancy.Work{WorkingDir: s.spec.WorkingDir}
+		if s.spec.Driver == batchv1.DriverContainerd {
+			w.WorkingDir = "" // a dir inside the container, not the node's
+		}
 		if sc := s.spec.SecurityContext; sc != nil {
 			w.RunAsUser, w.RunAsGroup = sc.RunAsUser, sc.RunAsGroup
 		}
