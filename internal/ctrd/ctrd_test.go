@@ -1,14 +1,11 @@
 package ctrd_test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/drover-fleet/drover/internal/ctrd"
 	"github.com/drover-fleet/drover/internal/ctrdtest"
@@ -22,24 +19,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && ctrd.IsCommand(os.Args[1]) {
 		os.Exit(ctrd.Main(os.Args[1:]))
 	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	d, err := ctrdtest.Start(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
-	defer d.Stop()
-	if err := d.ImportTestImage(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err, d.Log())
-		return 1
-	}
-	daemon = d
-	return m.Run()
+	os.Exit(ctrdtest.RunTests(m, &daemon))
 }
 
 // companion runs the companion (this binary) and returns its exit code,

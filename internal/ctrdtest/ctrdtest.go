@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -249,4 +250,25 @@ func WriteImage(w io.Writer, ref string, prog []byte) error {
 		return err
 	}
 	return tarball.Write(tag, img, w)
+}
+
+// RunTests is the body of a container test package's TestMain: it starts
+// a containerd with the test image imported, sets *daemon to it, runs
+// the tests and stops it. A containerd that cannot start fails the run,
+// saying why.
+func RunTests(m *testing.M, daemon **Daemon) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	d, err := Start(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer d.Stop()
+	if err := d.ImportTestImage(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err, d.Log())
+		return 1
+	}
+	*daemon = d
+	return m.Run()
 }
