@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/testenv"
+	"github.com/drover-fleet/drover/internal/testkit"
 )
 
 // procTimeout bounds each wait for a process across the control plane
@@ -98,15 +97,15 @@ func TestChartRunsInAnotherNamespace(t *testing.T) {
 	// its loopback address instead (the --webhook-service flag and its
 	// Service are checked by checkWorkloads).
 	mgrArgs := local(container(t, dep).Args, map[string]string{"--webhook-service": drop})
-	mgr := startProc(t, "drover manager", drover, append([]string{"--kubeconfig", kubeconfig(sa)}, mgrArgs...)...)
-	signer := mgr.waitLine(t, regexp.MustCompile(`ready signer=(\S+)`))[1]
-	mgr.waitLine(t, regexp.MustCompile(`ready webhook=(\S+)`))
+	mgr := testkit.StartProc(t, "drover manager", drover, append([]string{"--kubeconfig", kubeconfig(sa)}, mgrArgs...)...)
+	signer := mgr.WaitLine(t, regexp.MustCompile(`ready signer=(\S+)`), procTimeout)[1]
+	mgr.WaitLine(t, regexp.MustCompile(`ready webhook=(\S+)`), procTimeout)
 
 	sts := find(t, objs, "StatefulSet", ns, "drover-hub")
 	sa, _, _ = unstructured.NestedString(sts.Object, "spec", "template", "spec", "serviceAccountName")
 	hubArgs := local(container(t, sts).Args, map[string]string{"$(POD_NAME)": "drover-hub-0", "--signer": signer})
-	hubProc := startProc(t, "drover hub", drover, append([]string{"--kubeconfig", kubeconfig(sa)}, hubArgs...)...)
-	hubAddr := hubProc.waitLine(t, regexp.MustCompile(`ready hub=(\S+)`))[1]
+	hubProc := testkit.StartProc(t, "drover hub", drover, append([]string{"--kubeconfig", kubeconfig(sa)}, hubArgs...)...)
+	hubAddr := hubProc.WaitLine(t, regexp.MustCompile(`ready hub=(\S+)`), procTimeout)[1]
 
 	// NOTES.txt's steps, with the admin's kubeconfig.
 	cli := func(args ...string) string {
@@ -127,7 +126,7 @@ func TestChartRunsInAnotherNamespace(t *testing.T) {
 	if err := os.WriteFile(caFile, []byte(cli("ca", "--namespace", ns)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startProc(t, "drover-agent", agent, "--node", "chart-node", "--hub", hubAddr, "--token", token, "--ca-file", caFile,
+	testkit.StartProc(t, "drover-agent", agent, "--node", "chart-node", "--hub", hubAddr, "--token", token, "--ca-file", caFile,
 		"--state-dir", filepath.Join(dir, "agent"), "--work-dir", filepath.Join(dir, "agent-work"))
 
 	dyn, err := dynamic.NewForConfig(env.Config)
@@ -163,9 +162,9 @@ func TestChartRunsInAnotherNamespace(t *testing.T) {
 	}
 	// Neither was refused anything by the chart's RBAC.
 	forbidden := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|patch|delete)`)
-	for _, p := range []*proc{mgr, hubProc} {
-		if m := grepLines(p.output(), forbidden); m != "" {
-			t.Errorf("%s was refused something:\n%s", p.name, m)
+	for _, p := range []*testkit.Proc{mgr, hubProc} {
+		if m := testkit.GrepLines(p.Output(), forbidden); m != "" {
+			t.Errorf("%s was refused something:\n%s", p.Name, m)
 		}
 	}
 }
@@ -201,85 +200,4 @@ func local(args []string, repl map[string]string) []string {
 		out = append(out, a)
 	}
 	return out
-}
-
-// proc is a child process whose output is kept.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-// startProc runs bin; it is stopped (SIGTERM, then SIGKILL) when t ends.
-func startProc(t *testing.T, name, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("--- %s %s, last lines:\n%s", name, strings.Join(args, " "), lastLines(p.output(), 40))
-		}
-	})
-	return p
-}
-
-// waitLine waits up to procTimeout for a line of p matching re and returns
-// its submatches; it fails t at once if p exits.
-func (p *proc) waitLine(t *testing.T, re *regexp.Regexp) []string {
-	t.Helper()
-	var m []string
-	testenv.Eventually(t, procTimeout, fmt.Sprintf("%s prints %q", p.name, re), func(context.Context) (bool, error) {
-		for line := range strings.SplitSeq(p.output(), "\n") {
-			if m = re.FindStringSubmatch(line); m != nil {
-				return true, nil
-			}
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before printing %q:\n%s", p.name, re, lastLines(p.output(), 40))
-		default:
-		}
-		return false, nil
-	})
-	return m
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func grepLines(s string, re *regexp.Regexp) string {
-	var out []string
-	for line := range strings.SplitSeq(s, "\n") {
-		if re.MatchString(line) {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -1,7 +1,6 @@
 package rbac_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
@@ -13,8 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -298,15 +295,15 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		return path
 	}
 
-	mgr := start(t, "drover manager", drover, "--kubeconfig", kubeconfig(ns, "drover-manager"), "manager",
+	mgr := testkit.StartProc(t, "drover manager", drover, "--kubeconfig", kubeconfig(ns, "drover-manager"), "manager",
 		"--metrics-bind-address", "0", "--leader-elect", "--webhook-bind-address", "127.0.0.1:0",
 		"--signer-bind-address", "127.0.0.1:0")
-	signerAddr := mgr.waitLine(t, regexp.MustCompile(`ready signer=(\S+)`), runTimeout)[1]
+	signerAddr := mgr.WaitLine(t, regexp.MustCompile(`ready signer=(\S+)`), runTimeout)[1]
 	// The embedded MQTT broker too: its certificates come from the signer.
-	hub := start(t, "drover hub", drover, "--kubeconfig", kubeconfig(ns, "drover-hub"), "hub",
+	hub := testkit.StartProc(t, "drover hub", drover, "--kubeconfig", kubeconfig(ns, "drover-hub"), "hub",
 		"--hub-name", "rbac", "--hub-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--metrics-bind-address", "0",
 		"--heartbeat-interval", "1s", "--offline-timeout", "20s", "--signer", signerAddr)
-	addr := hub.waitLine(t, regexp.MustCompile(`ready hub=(\S+)`), runTimeout)[1]
+	addr := hub.WaitLine(t, regexp.MustCompile(`ready hub=(\S+)`), runTimeout)[1]
 
 	// An agent registers through the hub with an auto-approve token.
 	tok, err := bootstrap.Generate()
@@ -335,7 +332,7 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	if err := os.Chmod(work, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	start(t, "drover-agent", agent, "--node", "rbac-node", "--hub", addr, "--token", tok.String(), "--ca-file", caFile,
+	testkit.StartProc(t, "drover-agent", agent, "--node", "rbac-node", "--hub", addr, "--token", tok.String(), "--ca-file", caFile,
 		"--state-dir", filepath.Join(dir, "agent"), "--work-dir", filepath.Join(work, "agent"), "--labels", "kind=rbac", "--heartbeat-interval", "1s")
 
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"}}); err != nil {
@@ -343,7 +340,7 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 	}
 	// The manager's tenancy webhook admits work only where a NodeGrant
 	// allows it.
-	mgr.waitLine(t, regexp.MustCompile(`ready webhook=(\S+)`), runTimeout)
+	mgr.WaitLine(t, regexp.MustCompile(`ready webhook=(\S+)`), runTimeout)
 	if err := env.Client.Create(ctx, &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tasks"},
 		Spec: fleetv1.NodeGrantSpec{Namespaces: []string{"rbac-tasks"}}}); err != nil {
 		t.Fatal(err)
@@ -495,102 +492,11 @@ func runAsServiceAccounts(t *testing.T, env *testenv.Env) {
 		}
 		return true, nil
 	})
-	for _, p := range []*proc{mgr, hub} {
+	for _, p := range []*testkit.Proc{mgr, hub} {
 		if re := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|patch) resource`); re.MatchString(p.Output()) {
-			t.Errorf("%s was refused something:\n%s", p.name, grep(p.Output(), re))
+			t.Errorf("%s was refused something:\n%s", p.Name, testkit.GrepLines(p.Output(), re))
 		}
 	}
-}
-
-// proc is a child process whose output is kept.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *proc) Output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-// start runs bin; it is stopped (SIGTERM, then SIGKILL) when t ends.
-func start(t *testing.T, name, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("--- output of %s:\n%s", name, lastLines(p.Output(), 40))
-		}
-	})
-	return p
-}
-
-// waitLine waits for a line matching re and returns its submatches.
-func (p *proc) waitLine(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
-	t.Helper()
-	var m []string
-	exited := false
-	testkit.Wait(context.Background(), within, func() string {
-		sc := bufio.NewScanner(strings.NewReader(p.Output()))
-		for sc.Scan() {
-			if m = re.FindStringSubmatch(sc.Text()); m != nil {
-				return ""
-			}
-		}
-		select {
-		case <-p.done:
-			exited = true
-			return ""
-		default:
-		}
-		return "not printed"
-	})
-	switch {
-	case m != nil:
-		return m
-	case exited:
-		t.Fatalf("%s exited before printing %q:\n%s", p.name, re, lastLines(p.Output(), 40))
-	default:
-		t.Fatalf("%s did not print %q within %s:\n%s", p.name, re, within, lastLines(p.Output(), 40))
-	}
-	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func grep(s string, re *regexp.Regexp) string {
-	var out []string
-	for line := range strings.SplitSeq(s, "\n") {
-		if re.MatchString(line) {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 func pool(t *testing.T, pemCerts []byte) *x509.CertPool {
