@@ -46,8 +46,10 @@ import (
 // Named timeouts. Every wait in these tests is bounded by one of them.
 const (
 	// waitTimeout: something that should happen within a round trip or an
-	// agent reconnect (backoff starts at 0.5s and doubles).
-	waitTimeout = 20 * time.Second
+	// agent reconnect (backoff starts at 0.5s and doubles), or a
+	// controller's pass. Generous: on a loaded CI machine a round trip
+	// through a conflict-retrying writer and a controller took over 20 s.
+	waitTimeout = 60 * time.Second
 	// stopTimeout: a hub or an agent returning after its context ends.
 	stopTimeout = 10 * time.Second
 	// callTimeout: one RPC of a raw test client.
