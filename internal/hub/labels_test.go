@@ -87,14 +87,16 @@ func TestAgentLabelsAndCapacityAsApproved(t *testing.T) {
 			if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &fn); err != nil {
 				return false, err
 			}
+			// The failure says which of the three is behind: the agent's
+			// report, the approval or the manager's copy into the labels.
 			for k, v := range w.labels {
 				if fn.Labels[k] != v {
-					return false, fmt.Errorf("labels %v", fn.Labels)
+					return false, fmt.Errorf("labels %v (approvedLabels %v, reportedLabels %v, resourceVersion %s)", fn.Labels, fn.Spec.ApprovedLabels, fn.Status.ReportedLabels, fn.ResourceVersion)
 				}
 			}
 			for _, k := range w.absent {
 				if _, ok := fn.Labels[k]; ok {
-					return false, fmt.Errorf("labels %v, want no %s", fn.Labels, k)
+					return false, fmt.Errorf("labels %v, want no %s (approvedLabels %v, reportedLabels %v)", fn.Labels, k, fn.Spec.ApprovedLabels, fn.Status.ReportedLabels)
 				}
 			}
 			for k, v := range w.reported {
