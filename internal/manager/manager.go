@@ -11,6 +11,7 @@ import (
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	opsv1 "github.com/drover-fleet/drover/api/operations/v1alpha1"
+	serverlessv1 "github.com/drover-fleet/drover/api/serverless/v1alpha1"
 	updatev1 "github.com/drover-fleet/drover/api/update/v1alpha1"
 	"github.com/drover-fleet/drover/internal/fleetnode/fleetnodectl"
 	"github.com/drover-fleet/drover/internal/inplace/agentupdater"
@@ -36,6 +37,9 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	if err := updatev1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := serverlessv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
