@@ -22,8 +22,8 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 	var selector, output string
 	var scope namespaceScope
 	cmd := &cobra.Command{
-		Use:   "get nodes|nodeupgradejobs|imageprepulljobs|fleetjobs|taskgroups|tasks|pools|plans|nhc [NAME...]",
-		Short: "List fleet nodes, node jobs, robot tasks or in-place updates",
+		Use:   "get nodes|nodeupgradejobs|imageprepulljobs|fleetjobs|taskgroups|tasks|pools|plans|nhc|apps|sessions|instances [NAME...]",
+		Short: "List fleet nodes, node jobs, robot tasks, in-place updates, or applications, their sessions and instances",
 		Example: `  drover get nodes
   drover get nodes edge-1 edge-2
   drover get nodes -l site=berlin
@@ -31,9 +31,12 @@ func newGetCommand(g *globalOptions) *cobra.Command {
   drover get tasks -n robots
   drover get pools
   drover get plans
-  drover get nhc`,
+  drover get nhc
+  drover get apps -n games
+  drover get instances echo -o wide
+  drover get sessions -A`,
 		Args:      cobra.MinimumNArgs(1),
-		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj", "fleetjobs", "taskgroups", "tasks", "pools", "plans", "nodehealthchecks", "nhc"},
+		ValidArgs: []string{"nodes", "fleetnodes", "fn", "nodeupgradejobs", "nuj", "imageprepulljobs", "ippj", "fleetjobs", "taskgroups", "tasks", "pools", "plans", "nodehealthchecks", "nhc", "apps", "sessions", "instances", "instanceslices"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "wide" {
 				return fmt.Errorf("--output %q: only wide is known", output)
@@ -50,6 +53,14 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 					return fmt.Errorf("--selector %q: %w", selector, err)
 				}
 				return getBatch(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, kind, scope, sel, args[1:], time.Now())
+			}
+			if kind, ok := appKinds[strings.ToLower(args[0])]; ok {
+				scope.namespace = g.namespace(scope.namespace)
+				sel, err := labels.Parse(selector)
+				if err != nil {
+					return fmt.Errorf("--selector %q: %w", selector, err)
+				}
+				return getApps(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, kind, scope, sel, args[1:], wide, time.Now())
 			}
 			if kind, ok := inplaceKinds[strings.ToLower(args[0])]; ok {
 				return getInPlace(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, kind, args[1:], time.Now())
@@ -108,7 +119,7 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. site=berlin,tier!=canary")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "wide: nodes with the SHA-256 of the key each registered with")
-	cmd.Flags().StringVarP(&scope.namespace, "namespace", "n", "", "namespace of fleetjobs, taskgroups and tasks"+namespaceFlagHelp)
+	cmd.Flags().StringVarP(&scope.namespace, "namespace", "n", "", "namespace of fleetjobs, taskgroups, tasks, apps, sessions and instances"+namespaceFlagHelp)
 	cmd.Flags().BoolVarP(&scope.all, "all-namespaces", "A", false, "list fleetjobs, taskgroups or tasks in every namespace")
 	return cmd
 }

@@ -200,7 +200,7 @@ func actionLine(a opsv1.ActionStatus) string {
 func newDescribeCommand(g *globalOptions) *cobra.Command {
 	var namespace string
 	cmd := &cobra.Command{
-		Use:   "describe nodeupgradejob|imageprepulljob|fleetjob|taskgroup|task|plan NAME",
+		Use:   "describe nodeupgradejob|imageprepulljob|fleetjob|taskgroup|task|plan|app|session NAME",
 		Short: "Show a node job with every node's detail, a fleet job or task group with its tasks, a task with its attempts and output, or an in-place update plan as a tree (sequence, pool, node, updater task)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -210,6 +210,17 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 					return err
 				}
 				return describePlan(cmd.Context(), cmd.OutOrStdout(), c, args[1], time.Now())
+			}
+			switch appKinds[strings.ToLower(args[0])] {
+			case "Application", "ApplicationSession":
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				if appKinds[strings.ToLower(args[0])] == "Application" {
+					return describeApp(cmd.Context(), cmd.OutOrStdout(), c, g.namespace(namespace), args[1], time.Now())
+				}
+				return describeSession(cmd.Context(), cmd.OutOrStdout(), c, g.namespace(namespace), args[1], time.Now())
 			}
 			switch kind := batchKinds[strings.ToLower(args[0])]; kind {
 			case "Task":
@@ -223,7 +234,7 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 			}
 			k, ok := findJobKind(args[0])
 			if !ok {
-				return fmt.Errorf("unknown kind %q: want nodeupgradejob, imageprepulljob, fleetjob, taskgroup, task or plan", args[0])
+				return fmt.Errorf("unknown kind %q: want nodeupgradejob, imageprepulljob, fleetjob, taskgroup, task, plan, app or session", args[0])
 			}
 			c, err := g.client()
 			if err != nil {
@@ -236,7 +247,7 @@ func newDescribeCommand(g *globalOptions) *cobra.Command {
 			return describeJob(cmd.Context(), cmd.OutOrStdout(), c, j, time.Now())
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of a fleet job, task group or task"+namespaceFlagHelp)
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of a fleet job, task group, task, app or session"+namespaceFlagHelp)
 	return cmd
 }
 

@@ -65,6 +65,7 @@ func NewRootCommand() *cobra.Command {
 		newDescribeCommand(g),
 		newWatchCommand(g),
 		newLogsCommand(g),
+		newSessionCommand(g),
 		newConfirmCommand(g),
 		newAbortCommand(g),
 		newCordonCommand(g, true),

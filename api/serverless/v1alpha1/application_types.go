@@ -78,41 +78,42 @@ type Port struct {
 
 // Scaling says how many instances an Application keeps, and how fast it
 // makes more. Defaults are the seed's.
-// +kubebuilder:validation:XValidation:rule="self.minInstances <= self.maxInstances",message="minInstances must not be above maxInstances"
-// +kubebuilder:validation:XValidation:rule="self.standbyInstances <= self.maxInstances",message="standbyInstances must not be above maxInstances"
+// +kubebuilder:validation:XValidation:rule="!has(self.minInstances) || !has(self.maxInstances) || self.minInstances <= self.maxInstances",message="minInstances must not be above maxInstances"
+// +kubebuilder:validation:XValidation:rule="!has(self.standbyInstances) || !has(self.maxInstances) || self.standbyInstances <= self.maxInstances",message="standbyInstances must not be above maxInstances"
 type Scaling struct {
 	// minInstances always exist (standby, idle or serving). Default 0.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
 	// +kubebuilder:default=0
 	// +optional
-	MinInstances int32 `json:"minInstances"`
+	MinInstances int32 `json:"minInstances,omitempty"`
 	// maxInstances never are exceeded. Default 10.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	// +kubebuilder:default=10
 	// +optional
-	MaxInstances int32 `json:"maxInstances"`
+	MaxInstances int32 `json:"maxInstances,omitempty"`
 	// standbyInstances are kept started, live and frozen, ready for the
-	// next session (the warm pool). Default 1.
+	// next session (the warm pool). Default 1. (Go clients: a 0 here is
+	// omitted and so defaulted; send 0 with a patch.)
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
 	// +kubebuilder:default=1
 	// +optional
-	StandbyInstances int32 `json:"standbyInstances"`
+	StandbyInstances int32 `json:"standbyInstances,omitempty"`
 	// burst is how many instances are created at once. Default 2.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	// +kubebuilder:default=2
 	// +optional
-	Burst int32 `json:"burst"`
+	Burst int32 `json:"burst,omitempty"`
 	// sessionsPerInstance is how many sessions one instance serves at a
 	// time. Default 1.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	// +kubebuilder:default=1
 	// +optional
-	SessionsPerInstance int32 `json:"sessionsPerInstance"`
+	SessionsPerInstance int32 `json:"sessionsPerInstance,omitempty"`
 	// idleInstanceTimeout: an instance without sessions for this long is
 	// removed (keeping minInstances and the standby pool). Default 5m.
 	// +kubebuilder:validation:Type=string
@@ -120,7 +121,7 @@ type Scaling struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('720h')",message="idleInstanceTimeout must be a duration such as 5m, from 1s to 720h"
 	// +kubebuilder:default="5m"
 	// +optional
-	IdleInstanceTimeout metav1.Duration `json:"idleInstanceTimeout"`
+	IdleInstanceTimeout metav1.Duration `json:"idleInstanceTimeout,omitzero"`
 }
 
 // SessionPolicy bounds the sessions of an Application. Defaults are the
@@ -133,7 +134,7 @@ type SessionPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('100ms') && duration(self) <= duration('1h')",message="openTimeout must be a duration such as 10s, from 100ms to 1h"
 	// +kubebuilder:default="10s"
 	// +optional
-	OpenTimeout metav1.Duration `json:"openTimeout"`
+	OpenTimeout metav1.Duration `json:"openTimeout,omitzero"`
 	// heartbeatInterval is how often an instance's SDK beats for each
 	// session. Default 5s.
 	// +kubebuilder:validation:Type=string
@@ -141,20 +142,20 @@ type SessionPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('100ms') && duration(self) <= duration('1h')",message="heartbeatInterval must be a duration such as 5s, from 100ms to 1h"
 	// +kubebuilder:default="5s"
 	// +optional
-	HeartbeatInterval metav1.Duration `json:"heartbeatInterval"`
+	HeartbeatInterval metav1.Duration `json:"heartbeatInterval,omitzero"`
 	// heartbeatMisses: after this many intervals without a beat the
 	// session is flagged (status.flagged). Default 3.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=3
 	// +optional
-	HeartbeatMisses int32 `json:"heartbeatMisses"`
+	HeartbeatMisses int32 `json:"heartbeatMisses,omitempty"`
 	// onHeartbeatLost: Close (default) closes a flagged session once it
 	// has stayed flagged for openTimeout; Flag only flags it.
 	// +kubebuilder:validation:Enum=Close;Flag
 	// +kubebuilder:default=Close
 	// +optional
-	OnHeartbeatLost string `json:"onHeartbeatLost"`
+	OnHeartbeatLost string `json:"onHeartbeatLost,omitempty"`
 	// evacuationTimeout bounds a session's Evacuating (its clients are
 	// told to leave) before it is terminated. Default 30s.
 	// +kubebuilder:validation:Type=string
@@ -162,25 +163,25 @@ type SessionPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="evacuationTimeout must be a duration such as 30s, from 1s to 1h"
 	// +kubebuilder:default="30s"
 	// +optional
-	EvacuationTimeout metav1.Duration `json:"evacuationTimeout"`
+	EvacuationTimeout metav1.Duration `json:"evacuationTimeout,omitzero"`
 }
 
 // ApplicationSpec is how an instance runs, where, and how many.
-// +kubebuilder:validation:XValidation:rule="self.runtime != 'process' || (has(self.command) && size(self.command) > 0)",message="command is required with runtime process",fieldPath=".command"
-// +kubebuilder:validation:XValidation:rule="(self.runtime == 'container') == (has(self.image) && size(self.image) > 0)",message="image is required with runtime container, and only with it",fieldPath=".image"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'daemon' || self.scaling.minInstances >= 1",message="a daemon application needs scaling.minInstances of at least 1"
+// +kubebuilder:validation:XValidation:rule="(has(self.runtime) && self.runtime != 'process') || (has(self.command) && size(self.command) > 0)",message="command is required with runtime process",fieldPath=".command"
+// +kubebuilder:validation:XValidation:rule="(has(self.runtime) && self.runtime == 'container') == (has(self.image) && size(self.image) > 0)",message="image is required with runtime container, and only with it",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'daemon' || (has(self.scaling) && has(self.scaling.minInstances) && self.scaling.minInstances >= 1)",message="a daemon application needs scaling.minInstances of at least 1"
 type ApplicationSpec struct {
 	// mode: sessions (default) or daemon (instances always running, no
 	// sessions).
 	// +kubebuilder:validation:Enum=sessions;daemon
 	// +kubebuilder:default=sessions
 	// +optional
-	Mode string `json:"mode"`
+	Mode string `json:"mode,omitempty"`
 	// runtime: process (default) or container.
 	// +kubebuilder:validation:Enum=process;container
 	// +kubebuilder:default=process
 	// +optional
-	Runtime string `json:"runtime"`
+	Runtime string `json:"runtime,omitempty"`
 	// image of a container instance.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
@@ -239,11 +240,11 @@ type ApplicationSpec struct {
 	// scaling: how many instances, and how fast.
 	// +kubebuilder:default={}
 	// +optional
-	Scaling Scaling `json:"scaling"`
+	Scaling Scaling `json:"scaling,omitzero"`
 	// session bounds the sessions.
 	// +kubebuilder:default={}
 	// +optional
-	Session SessionPolicy `json:"session"`
+	Session SessionPolicy `json:"session,omitzero"`
 }
 
 // InstanceCounts counts an Application's instances by state.
