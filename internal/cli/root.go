@@ -66,6 +66,7 @@ func NewRootCommand() *cobra.Command {
 		newWatchCommand(g),
 		newLogsCommand(g),
 		newSessionCommand(g),
+		newAppCommand(g),
 		newConfirmCommand(g),
 		newAbortCommand(g),
 		newCordonCommand(g, true),
