@@ -116,7 +116,6 @@ func newAppCommand(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-
 // patchAnnotation sets (or with nil, removes) one annotation of a with a
 // merge patch, so that concurrent edits of other annotations are kept.
 func patchAnnotation(cmd *cobra.Command, c client.Client, a *serverlessv1.Application, key string, value *string) error {
