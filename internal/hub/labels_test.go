@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -65,7 +65,9 @@ func TestAgentLabelsAndCapacityAsApproved(t *testing.T) {
 	f := newFixture(t, "hub-agent-labels")
 	startNodeManager(t)
 	h := f.startHub(Options{Name: "hub-agent-labels", Features: feature(nil, &sink{})})
-	const node = "agent-labels-node"
+	// A fresh node per run: a FleetNode left by an earlier run (-count)
+	// holds another key, which the hub would refuse.
+	node := "agent-labels-" + rand.String(5)
 	opts := f.agentOpts(node, h, newRunner())
 	opts.Labels = map[string]string{"site": "berlin", "kind": "robot"}
 	opts.Capacity = map[string]string{"cpu": "1", "gpu": "2"}
@@ -174,18 +176,25 @@ func TestAgentLabelsAndCapacityAsApproved(t *testing.T) {
 		t.Errorf("site=berlin, 2 gpus: %+v, want node %s", r, node)
 	}
 
-	// Approved again, as `drover approve` does.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// Approved again, as `drover approve` does. The approval is of the
+	// report as read: on a loaded machine a report of the stopped agent can
+	// still land after the new one (and the new agent's next report puts
+	// it right), so approve once the read shows the new report.
+	testenv.Eventually(t, waitTimeout, "the approval of the new report", func(ctx context.Context) (bool, error) {
 		var n fleetv1.FleetNode
 		if err := f.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
-			return err
+			return false, err
+		}
+		if n.Status.ReportedLabels["pool"] != "gpu" {
+			return false, fmt.Errorf("reportedLabels %v", n.Status.ReportedLabels)
 		}
 		before := n.DeepCopy()
 		fleetnode.ApproveReported(&n)
-		return f.c.Patch(ctx, &n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	}); err != nil {
-		t.Fatal(err)
-	}
+		if err := f.c.Patch(ctx, &n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
 	fn = wait("the report approved", want{
 		labels: map[string]string{"pool": "gpu", "kind": "robot", "team": "ops"}, absent: []string{"site"}, gpu: "8", labelsOK: true, capOK: true})
 	if r := place(fn, map[string]string{"pool": "gpu"}, "4"); r.Node != node {

@@ -218,7 +218,7 @@ func (h *Hub) ServeSession(ctx context.Context, p Peer, req *agentv1.GetMessageR
 		}
 	}()
 
-	h.markOnline(ctx, &fn, req, now)
+	h.markOnline(ctx, s, &fn, req, now)
 
 	if err := send(protocol.NewNodeConfiguration(node, &agentv1.NodeConfiguration{
 		HeartbeatSeconds: uint32(h.opts.HeartbeatInterval / time.Second),
@@ -267,10 +267,18 @@ func (h *Hub) ServeSession(ctx context.Context, p Peer, req *agentv1.GetMessageR
 // as read when the stream opened. The labels and capacity the agent reports
 // go into the status only: the manager holds them against what was approved
 // (internal/fleetnode).
-func (h *Hub) markOnline(ctx context.Context, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
+func (h *Hub) markOnline(ctx context.Context, s *session, fn *fleetv1.FleetNode, req *agentv1.GetMessageRequest, now time.Time) {
 	var c fleetnode.Change
 	var wrote *fleetv1.FleetNode
 	if h.writeStatus(ctx, fn.Name, "connect", func(n *fleetv1.FleetNode) bool {
+		// A stream already replaced by a newer one must not write back
+		// what the agent reported before.
+		h.mu.Lock()
+		current := h.sessions[fn.Name] == s
+		h.mu.Unlock()
+		if !current {
+			return false
+		}
 		wrote, c = n, fleetnode.SetConnected(n, h.opts.Name, now, nodeInfo(req.GetInfo()))
 		return c.Changed
 	}) {
@@ -503,6 +511,16 @@ func (h *Hub) HandleMessage(ctx context.Context, p Peer, env *agentv1.Envelope) 
 		h.nodeState(ctx, node, p.NodeState.GetWork())
 		rev := int64(env.GetRevision())
 		h.writeStatus(ctx, node, "node-state", func(n *fleetv1.FleetNode) bool {
+			// A report of a stream that has since been replaced (the
+			// agent restarted while this call was under way) would write
+			// back what the agent reported before: the new stream's
+			// connect and NodeState have the say.
+			h.mu.Lock()
+			current := h.sessions[node] == s
+			h.mu.Unlock()
+			if !current {
+				return false
+			}
 			changed := applyInfo(n, p.NodeState.GetInfo())
 			if n.Status.AgentRevision != rev {
 				n.Status.AgentRevision, changed = rev, true
