@@ -45,7 +45,7 @@ type Result = ctrdwire.Result
 func ReadResult(path string) (Result, bool, error) { return ctrdwire.ReadResult(path) }
 
 // Commands are the companion's first arguments.
-var Commands = []string{"run", "wait", "kill", "rm"}
+var Commands = []string{"run", "wait", "kill", "rm", "import"}
 
 // IsCommand reports whether arg is one of Commands.
 func IsCommand(arg string) bool {
@@ -60,6 +60,7 @@ func IsCommand(arg string) bool {
 type options struct {
 	address, namespace, snapshotter string
 	id, image, result, cwd, user    string
+	layout                          string
 	signal                          string
 	memory, cpuMillis               int64
 	env                             []string
@@ -80,7 +81,8 @@ func Main(args []string) int {
 	fs.StringVar(&o.namespace, "namespace", DefaultNamespace, "containerd namespace of the containers and images")
 	fs.StringVar(&o.snapshotter, "snapshotter", DefaultSnapshotter, "snapshotter of the containers' root filesystems")
 	fs.StringVar(&o.id, "id", "", "container id")
-	fs.StringVar(&o.image, "image", "", "image reference (run)")
+	fs.StringVar(&o.image, "image", "", "image reference (run, import)")
+	fs.StringVar(&o.layout, "layout", "", "OCI image layout to import the image from (import)")
 	fs.StringVar(&o.result, "result", "", "result file to write (run, wait)")
 	fs.StringVar(&o.cwd, "cwd", "", "working dir inside the container (run; default the image's)")
 	fs.StringVar(&o.user, "user", "", "uid:gid the container runs as (run; required)")
@@ -98,6 +100,9 @@ func Main(args []string) int {
 		return 2
 	}
 	o.args = fs.Args()
+	if cmd == "import" {
+		return o.importImage(context.Background())
+	}
 	if o.id == "" {
 		fmt.Fprintln(os.Stderr, "drover-containerd: --id is required")
 		return 2
