@@ -3,10 +3,15 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/drover-fleet/drover/internal/agent/prepull"
 	"github.com/drover-fleet/drover/internal/agent/runner"
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/agent/upgrade"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobwire"
 	"github.com/drover-fleet/drover/internal/store"
@@ -27,6 +32,11 @@ func (a *Agent) nodeJobRunners(db *store.Store) map[string]Runner {
 		Clock: a.opts.Clock, Logger: a.log.With("runner", "upgrade"), Lane: lane}
 	pp := &prepull.Runner{StoreDir: filepath.Join(a.opts.StateDir, "images"), DB: db, Clock: a.opts.Clock,
 		Logger: a.log.With("runner", "prepull"), Lane: lane}
+	if c := a.opts.Containerd; c != nil {
+		pp.Import = func(ctx context.Context, image string) error {
+			return importIntoContainerd(ctx, c, pp.StoreDir, image)
+		}
+	}
 	pull := a.withCredentials(pp.Run)
 	return map[string]Runner{
 		// A resumed upgrade needs no credentials: it resumes past the download.
@@ -111,3 +121,21 @@ var (
 	_ ReportingRunner  = flowRunner(nil)
 	_ ConcurrentRunner = concurrentFlow{}
 )
+
+// importIntoContainerd runs the containerd companion's import of image from
+// the pre-pull store: an argv, never a shell, bounded in time.
+func importIntoContainerd(ctx context.Context, c *taskexec.Containerd, store, image string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Companion, "import", "--address", c.Address, "--namespace", c.Namespace,
+		"--layout", store, "--image", image)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if len(msg) > 512 {
+			msg = msg[len(msg)-512:]
+		}
+		return fmt.Errorf("%s import %s: %w: %s", c.Companion, image, err, msg)
+	}
+	return nil
+}

@@ -77,6 +77,11 @@ type Runner struct {
 	// Lane, shared with the node's other node-job runners, runs one action
 	// at a time across their flows. Nil: no sharing.
 	Lane *runner.Lane
+	// Import, when set, copies an image just pulled into StoreDir on into
+	// the node's container runtime (drover-containerd import), so that
+	// containerd tasks of it start without a pull. Its failure fails the
+	// image's attempt (and is retried with it).
+	Import func(ctx context.Context, image string) error
 }
 
 func (r *Runner) setup() error {
@@ -185,7 +190,11 @@ func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) runner.Out
 	if len(failed) > 0 {
 		return runner.Fail(fmt.Sprintf("%d of %d images failed: %s", len(failed), len(s.Images), strings.Join(failed, "; ")), data)
 	}
-	return runner.OK(fmt.Sprintf("pulled %d images", len(s.Images)), data)
+	msg := fmt.Sprintf("pulled %d images", len(s.Images))
+	if r.Import != nil {
+		msg += " (and imported them into containerd)"
+	}
+	return runner.OK(msg, data)
 }
 
 // openLayout opens the OCI layout at dir, creating an empty one.
@@ -209,6 +218,11 @@ func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s no
 	wait := r.Backoff
 	for attempt := 0; ; attempt++ {
 		err = r.fetch(ctx, lp, ref, image, auth)
+		if err == nil && r.Import != nil {
+			if err = r.Import(ctx, image); err != nil {
+				err = fmt.Errorf("pulled, but not imported into containerd: %w", err)
+			}
+		}
 		if err == nil {
 			return nil
 		}

@@ -3,9 +3,12 @@ package prepull
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,5 +279,48 @@ func TestRunAgainRepeatsNothing(t *testing.T) {
 	}
 	if len(rec.list) != 3 || rec.list[2].rep.Action != nodejobwire.Pull {
 		t.Errorf("reports = %+v, want only the resumed Pull added", rec.list)
+	}
+}
+
+// TestImportAfterPull: with a container runtime, each image pulled into the
+// store is handed on to it (drover-containerd import, whose own test runs a
+// real containerd); a failing import fails that image's attempt, is
+// retried with it, and is reported.
+func TestImportAfterPull(t *testing.T) {
+	open := newReg(t, "", "")
+	a, b := open.push(t, "app/a"), open.push(t, "app/b")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	r := newRunner(t)
+	var mu sync.Mutex
+	var imported []string
+	fails := map[string]int{b: 1} // b's first import fails
+	r.Import = func(_ context.Context, image string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails[image] > 0 {
+			fails[image]--
+			return errors.New("containerd is restarting")
+		}
+		if l := stored(t, r.StoreDir); !slices.Contains(l, image) {
+			return fmt.Errorf("import of %s before it is in the store (%v)", image, l)
+		}
+		imported = append(imported, image)
+		return nil
+	}
+	var rec recorder
+	phase, reason := r.Run(ctx, "uid", specJSON(t, nodejobwire.PrePullSpec{Images: []string{a, b}, RetryTimes: 1}), rec.report)
+	if phase != nodejobwire.PhaseSucceeded || !strings.Contains(reason, "imported them into containerd") {
+		t.Fatalf("Run() = %s, %q", phase, reason)
+	}
+	if strings.Join(imported, " ") != a+" "+b {
+		t.Errorf("imported %v, want %s then %s", imported, a, b)
+	}
+
+	r2 := newRunner(t)
+	r2.Import = func(context.Context, string) error { return errors.New("no space left on device") }
+	phase, reason = r2.Run(ctx, "uid2", specJSON(t, nodejobwire.PrePullSpec{Images: []string{a}}), rec.report)
+	if phase != nodejobwire.PhaseFailed || !strings.Contains(reason, "pulled, but not imported into containerd: no space left on device") {
+		t.Fatalf("Run() with a failing import = %s, %q", phase, reason)
 	}
 }
