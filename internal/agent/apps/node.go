@@ -539,7 +539,7 @@ func (n *Node) start(p *pod) {
 // record is what a restart needs of an instance.
 type record struct {
 	Info taskexec.Info `json:"info"`
-	Port int          `json:"port"`
+	Port int           `json:"port"`
 }
 
 func probe(p *appwire.Probe) *instance.Probe {
