@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,7 +137,10 @@ type pod struct {
 	cancel context.CancelFunc
 	state  actor.PodState
 	since  time.Time
-	last   appwire.InstanceReport
+	// written: the sessions its session file was last written with (nil:
+	// never written).
+	written []string
+	last    appwire.InstanceReport
 }
 
 type instanceBox struct{ Instance }
@@ -353,6 +357,7 @@ func (n *Node) podReport(now time.Time, p *pod, e actor.PodReport) {
 	}
 	p.last = r
 	p.push(report{reason: r.State, message: encode(r)})
+	n.writeSessionFile(p) // when its sessions changed
 }
 
 func (n *Node) sessionReport(now time.Time, s *session, e actor.SessionReport) {
@@ -399,15 +404,17 @@ func (n *Node) sendStart(podUID, sess string) {
 	}
 }
 
-// writeSessionFile rewrites p's session metadata file with its sessions.
+// writeSessionFile rewrites p's session metadata file when its sessions
+// are not those it was last written with.
 func (n *Node) writeSessionFile(p *pod) {
 	i := p.instance()
-	if i == nil {
+	sessions := p.a.Sessions()
+	if i == nil || (p.written != nil && slices.Equal(sessions, p.written)) {
 		return
 	}
 	m := instance.SessionMetadata{Instance: p.spec.Name, Application: p.spec.Namespace + "/" + p.spec.Application,
 		AppData: p.spec.Config, Sessions: []instance.SessionData{}}
-	for _, uid := range p.a.Sessions() {
+	for _, uid := range sessions {
 		d := instance.SessionData{Name: uid}
 		if s, ok := n.sessions[uid]; ok {
 			d.Data = s.spec.Data
@@ -416,7 +423,9 @@ func (n *Node) writeSessionFile(p *pod) {
 	}
 	if err := i.WriteSessionFile(m); err != nil {
 		n.log.Warn("cannot write the session file", "instance", p.uid, "err", err)
+		return
 	}
+	p.written = append([]string{}, sessions...)
 }
 
 // forgetSession ends a Terminated session's item.
@@ -426,12 +435,9 @@ func (n *Node) forgetSession(uid string) []target {
 		return nil
 	}
 	delete(n.sessions, uid)
+	// The pod hears SessionEnded after this (queued): its report then
+	// rewrites the session file without uid.
 	n.svc.Forget(s.spec.Instance, uid)
-	if p, ok := n.pods[s.spec.Instance]; ok {
-		// The pod heard SessionEnded before this Forget (the actor's
-		// order): its sessions no longer name uid.
-		n.writeSessionFile(p)
-	}
 	phase := PhaseFailed
 	switch s.a.Reason() {
 	case actor.ReasonClosed, actor.ReasonClosedByInstance:

@@ -137,6 +137,9 @@ func (n *Node) wait(ctx context.Context, it *item, report ReportFunc, cancel fun
 	for {
 		select {
 		case <-it.wake:
+		case <-n.ctx.Done():
+			// Closed while it runs: the agent is stopping.
+			return PhaseRunning, ReasonAgentStopping, ""
 		case <-done:
 			done = nil
 			if !n.opts.Cancelled(ctx) {
