@@ -88,7 +88,12 @@ type Node struct {
 	pods     map[string]*pod
 	sessions map[string]*session
 	pending  map[string][]string // pod uid → sessions waiting for it to be created
-	closed   bool
+	// ended: pods that ended in this process (or were found after a
+	// restart and stopped), and when: a session for one is InstanceGone at
+	// once, though the DB may still say its item runs (its end is
+	// recorded after the runner returns).
+	ended  map[string]time.Time
+	closed bool
 }
 
 // item is a work item's side of the node: the reports its runner sends,
@@ -179,7 +184,7 @@ func New(opts Options) (*Node, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{opts: opts, log: opts.Logger, clk: opts.Clock, kick: make(chan struct{}, 1),
-		pods: map[string]*pod{}, sessions: map[string]*session{}, pending: map[string][]string{}}
+		pods: map[string]*pod{}, sessions: map[string]*session{}, pending: map[string][]string{}, ended: map[string]time.Time{}}
 	var err error
 	if opts.newSessions != nil {
 		n.svc, err = opts.newSessions(n.callback)
@@ -464,8 +469,22 @@ func (n *Node) forgetPod(uid string) []target {
 	return n.podGone(uid)
 }
 
-// podGone ends the sessions waiting for pod uid, which will not come.
+// endedKeep bounds how long the node remembers an ended pod, once it
+// remembers many: a session bound to it comes within its open timeout.
+const endedKeep = 10 * time.Minute
+
+// podGone records that pod uid ended, and ends the sessions waiting for
+// it, which will not come.
 func (n *Node) podGone(uid string) []target {
+	now := n.clk.Now()
+	if len(n.ended) >= 1024 {
+		for k, t := range n.ended {
+			if now.Sub(t) > endedKeep {
+				delete(n.ended, k)
+			}
+		}
+	}
+	n.ended[uid] = now
 	var out []target
 	for _, s := range n.pending[uid] {
 		out = append(out, target{session: s, msg: actor.InstanceGone{Reason: actor.ReasonInstanceGone}})

@@ -383,6 +383,12 @@ func TestNodeRouting(t *testing.T) {
 			if phase != PhaseFailed || reason != actor.ReasonInstanceGone {
 				t.Fatalf("resumed session: %s %s", phase, reason)
 			}
+			// A session claimed after the restart, its instance's item
+			// still Running in the DB (its end not recorded yet): gone.
+			h.store.setPhase(inst, PhaseRunning)
+			if e := h.session(appwire.SessionWorkID("late"), inst).wait(); e.phase != PhaseFailed || e.reason != actor.ReasonInstanceGone {
+				t.Fatalf("session of a resumed instance ended %+v", e)
+			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newHarness(t)) })

@@ -87,9 +87,10 @@ func (n *Node) runSession(ctx context.Context, uid string, raw []byte, report Re
 	}
 	n.mu.Lock()
 	_, known := n.pods[spec.Instance]
+	_, over := n.ended[spec.Instance]
 	n.mu.Unlock()
 	await := false
-	if !known {
+	if !known && !over {
 		// Its instance's item may be claimed and not created yet, or wait
 		// in the queue behind this one: it is coming if its item is there
 		// and not over.
@@ -104,7 +105,8 @@ func (n *Node) runSession(ctx context.Context, uid string, raw []byte, report Re
 		n.mu.Unlock()
 		return PhaseRunning, ReasonAgentStopping, ""
 	}
-	if _, known = n.pods[spec.Instance]; !known && !await {
+	_, over = n.ended[spec.Instance]
+	if _, known = n.pods[spec.Instance]; !known && (!await || over) {
 		n.mu.Unlock()
 		return PhaseFailed, actor.ReasonInstanceGone, encode(appwire.SessionReport{State: string(actor.SessionTerminated),
 			Reason: actor.ReasonInstanceGone, Instance: spec.Instance, Message: "instance " + spec.Instance + " does not run on this node"})
@@ -199,6 +201,9 @@ func (n *Node) Resume(ctx context.Context, uid, typ string, raw []byte, report R
 		}
 	}
 	n.log.Info("instance found after a restart, stopped", "instance", uid, "message", msg)
+	n.mu.Lock()
+	n.run(n.podGone(uid)) // sessions claimed meanwhile: their instance is gone
+	n.mu.Unlock()
 	reason := ReasonAgentRestarted
 	if n.opts.Cancelled(ctx) {
 		return PhaseSucceeded, actor.ReasonDeleted, encode(appwire.InstanceReport{State: string(actor.PodTerminated), Reason: actor.ReasonDeleted, Message: msg})
