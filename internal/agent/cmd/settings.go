@@ -102,7 +102,7 @@ func newSettings() *settings {
 	fs.StringVar(&s.ctrdComp, "containerd-companion", "",
 		"path of drover-containerd, the companion that talks to containerd; default: drover-containerd next to drover-agent")
 	fs.BoolVar(&s.apps, "apps", true,
-		"run serverless instances and sessions (serverless.drover.io; docs/serverless.md) and tell hubs so; standby instances need cgroups")
+		"run serverless instances and sessions (serverless.drover.io, docs/serverless.md) and tell hubs so; standby instances need cgroups")
 	fs.StringVar(&s.instPorts, "instance-ports", "",
 		"host port range of serverless instances, LO-HI (each instance gets its own, e.g. 30000-32767); default: ports the kernel chooses")
 	fs.StringVar(&s.sockDir, "session-socket-dir", "",
