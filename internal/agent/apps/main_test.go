@@ -27,7 +27,19 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == taskexec.LogShimArg {
 		os.Exit(taskexec.RunLogShim(os.Args[2:]))
 	}
-	testkit.VerifyNoLeaks(m)
+	testkit.VerifyNoLeaksAfter(m, func() {
+		if echo.dir != "" {
+			os.RemoveAll(echo.dir)
+		}
+	})
+}
+
+// echo is examples/echo-session, built once for the package's tests (a
+// build takes long on a loaded machine) where every user may run it.
+var echo struct {
+	once      sync.Once
+	dir, path string
+	err       error
 }
 
 // errCancelled stands for agent.ErrCancelled: the hub cancelled the item.

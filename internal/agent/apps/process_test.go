@@ -51,28 +51,38 @@ func newProcessEnv(t *testing.T) *processEnv {
 	if err := os.Chmod(shared, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &processEnv{prog: buildEcho(t, shared), shared: shared, cg: cg}
+	return &processEnv{prog: buildEcho(t), shared: shared, cg: cg}
 }
 
-// buildEcho builds examples/echo-session into dir.
-func buildEcho(t *testing.T, dir string) string {
+// buildEcho builds examples/echo-session, once for the package.
+func buildEcho(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	echo.once.Do(func() {
+		if echo.dir, echo.err = os.MkdirTemp("", "apps-echo-"); echo.err != nil {
+			return
+		}
+		if echo.err = os.Chmod(echo.dir, 0o755); echo.err != nil {
+			return
+		}
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out := filepath.Join(echo.dir, "echo-session")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "../../../examples/echo-session")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			echo.err = fmt.Errorf("build examples/echo-session: %w\n%s", err, b)
+			return
+		}
+		echo.path, echo.err = out, os.Chmod(out, 0o755)
+	})
+	if echo.err != nil {
+		t.Fatal(echo.err)
 	}
-	out := filepath.Join(dir, "echo-session")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "../../../examples/echo-session")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build examples/echo-session: %v\n%s", err, b)
-	}
-	if err := os.Chmod(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return echo.path
 }
 
 // node is a Node on the process runtime, with its own driver (as one agent
