@@ -1,6 +1,7 @@
 package apps
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -499,7 +500,17 @@ func (n *Node) podGone(uid string) []target {
 // find it after a restart, watches for its end, and probes it.
 func (n *Node) start(p *pod) {
 	spec := p.spec
+	// A connection may come between the process's start and Start's
+	// return (the instance is known only then): its check waits for it,
+	// rather than refusing the instance and leaving its SDK to back off.
+	started := make(chan struct{})
+	known := sync.OnceFunc(func() { close(started) })
+	defer known() // also when the start failed
 	owner := sessionsvc.Owner{UID: n.opts.DefaultUID, GID: n.opts.DefaultGID, Member: func(pid int) bool {
+		select {
+		case <-started:
+		case <-p.ctx.Done():
+		}
 		i := p.instance()
 		return i != nil && i.Member(pid)
 	}}
@@ -523,6 +534,7 @@ func (n *Node) start(p *pod) {
 		return
 	}
 	p.inst.Store(&instanceBox{i})
+	known()
 	if b, err := json.Marshal(record{Info: i.Info(), Port: i.Port()}); err == nil {
 		if err := n.opts.Store.SetRecord(context.WithoutCancel(p.ctx), p.uid, true, b); err != nil {
 			n.log.Error("cannot record a started instance: a restart would not find it", "instance", p.uid, "err", err)
@@ -543,16 +555,11 @@ func (n *Node) start(p *pod) {
 		}
 	}()
 	n.deliverPod(p.uid, actor.Started{})
-	live := p.ctx
-	if d := appwire.Duration(spec.LivenessTimeoutMillis); d > 0 {
-		var cancel context.CancelFunc
-		live, cancel = context.WithTimeout(p.ctx, d+time.Second)
-		defer cancel()
-	} else {
-		var cancel context.CancelFunc
-		live, cancel = context.WithTimeout(p.ctx, actor.DefaultLivenessTimeout+time.Second)
-		defer cancel()
-	}
+	// The actor's Tick ends LivenessChecking; this bound only ends the
+	// probing of an instance nobody waits for any more.
+	timeout := cmp.Or(appwire.Duration(spec.LivenessTimeoutMillis), actor.DefaultLivenessTimeout)
+	live, cancel := context.WithTimeout(p.ctx, timeout+time.Second)
+	defer cancel()
 	if err := i.WaitLive(live, probe(spec.Liveness), probe(spec.Readiness), n.opts.ProbePeriod); err != nil {
 		// A crash is Exited (above), a timeout the actor's own Tick.
 		n.log.Info("instance not live", "instance", p.uid, "err", err)
