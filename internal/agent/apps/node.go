@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/drover-fleet/drover/internal/agent/sessionsvc"
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/clock"
+	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/serverless/actor"
 	"github.com/drover-fleet/drover/internal/serverless/appwire"
 )
@@ -362,7 +364,7 @@ func (n *Node) podReport(now time.Time, p *pod, e actor.PodReport) {
 		r.CPUUsageNanos, r.MemoryBytes = uint64(max(st.CPU, 0)), uint64(max(st.MemoryBytes, 0))
 	}
 	p.last = r
-	p.push(report{reason: r.State, message: encode(r)})
+	p.push(report{reason: r.State, message: encodeInstance(r)})
 	n.writeSessionFile(p) // when its sessions changed
 }
 
@@ -383,7 +385,53 @@ func (n *Node) sessionReport(now time.Time, s *session, e actor.SessionReport) {
 		r.ReadyTime = s.ready.UTC().Format(time.RFC3339Nano)
 	}
 	s.last = r
-	s.push(report{reason: r.State, message: encode(r)})
+	s.push(report{reason: r.State, message: encodeSession(r)})
+}
+
+// maxReport bounds a report's JSON: the protocol's bound of a work
+// status message, less room for the agent's envelope.
+const maxReport = protocol.MaxMessageBytes - 256
+
+// maxClientName bounds a client's name in a report: the instance names its
+// clients, and nothing it says may make a report too large to send.
+const maxClientName = 128
+
+// encodeInstance is r's JSON within maxReport: a long session list is cut
+// (sessionsPerInstance may be up to 1000), and the message says so.
+func encodeInstance(r appwire.InstanceReport) string {
+	b, total := encode(r), len(r.Sessions)
+	for n := total; len(b) > maxReport && n > 0; {
+		n /= 2
+		r.Sessions = r.Sessions[:n]
+		r.Message = fmt.Sprintf("%d sessions; the first %d listed", total, n)
+		b = encode(r)
+	}
+	if len(b) > maxReport {
+		r.Message = r.Message[:min(len(r.Message), 512)]
+		b = encode(r)
+	}
+	return b
+}
+
+// encodeSession is r's JSON within maxReport: clients' names are cut, and
+// a long client list too.
+func encodeSession(r appwire.SessionReport) string {
+	clients := make([]string, len(r.Clients))
+	for i, c := range r.Clients {
+		if len(c) > maxClientName {
+			c = strings.ToValidUTF8(c[:maxClientName], "") + "…"
+		}
+		clients[i] = c
+	}
+	r.Clients = clients
+	b, total := encode(r), len(r.Clients)
+	for n := total; len(b) > maxReport && n > 0; {
+		n /= 2
+		r.Clients = r.Clients[:n]
+		r.Message = fmt.Sprintf("%d clients; the first %d listed", total, n)
+		b = encode(r)
+	}
+	return b
 }
 
 func encode(v any) string {
@@ -449,7 +497,7 @@ func (n *Node) forgetSession(uid string) []target {
 	case actor.ReasonClosed, actor.ReasonClosedByInstance:
 		phase = PhaseSucceeded
 	}
-	s.finish(ending{phase: phase, reason: s.a.Reason(), message: encode(s.last)})
+	s.finish(ending{phase: phase, reason: s.a.Reason(), message: encodeSession(s.last)})
 	return nil
 }
 
@@ -466,7 +514,7 @@ func (n *Node) forgetPod(uid string) []target {
 	if p.a.Reason() == actor.ReasonDeleted {
 		phase = PhaseSucceeded
 	}
-	p.finish(ending{phase: phase, reason: p.a.Reason(), message: encode(p.last)})
+	p.finish(ending{phase: phase, reason: p.a.Reason(), message: encodeInstance(p.last)})
 	return n.podGone(uid)
 }
 

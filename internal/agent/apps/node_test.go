@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/drover-fleet/drover/internal/agent/sessionsvc"
 	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/clock/clocktest"
+	"github.com/drover-fleet/drover/internal/protocol"
 	"github.com/drover-fleet/drover/internal/serverless/actor"
 	"github.com/drover-fleet/drover/internal/serverless/appwire"
 	"github.com/drover-fleet/drover/internal/testkit"
@@ -406,4 +408,32 @@ func (r *run) messages(state string) []string {
 		}
 	}
 	return out
+}
+
+// Reports fit the protocol whatever the instance says: many sessions, many
+// clients, long client names.
+func TestReportsFit(t *testing.T) {
+	var sessions, clients []string
+	for i := range 1000 {
+		sessions = append(sessions, appwire.SessionWorkID(fmt.Sprintf("%036d", i)))
+		clients = append(clients, fmt.Sprintf("client-%d-%s", i, strings.Repeat("x", 1000)))
+	}
+	ir := encodeInstance(appwire.InstanceReport{State: "Running", Sessions: sessions})
+	sr := encodeSession(appwire.SessionReport{State: "Live", Clients: clients})
+	for _, m := range []string{ir, sr} {
+		if len(m) > protocol.MaxMessageBytes {
+			t.Errorf("a report of %d bytes, over the protocol's %d", len(m), protocol.MaxMessageBytes)
+		}
+	}
+	got := instanceReport(t, ir)
+	if len(got.Sessions) == 0 || !strings.Contains(got.Message, "1000 sessions") {
+		t.Errorf("a cut instance report: %d sessions, message %q", len(got.Sessions), got.Message)
+	}
+	gs := sessionReport(t, sr)
+	if len(gs.Clients) == 0 || len(gs.Clients[0]) > maxClientName+len("…") || !strings.Contains(gs.Message, "1000 clients") {
+		t.Errorf("a cut session report: %d clients, message %q", len(gs.Clients), gs.Message)
+	}
+	if small := encodeSession(appwire.SessionReport{State: "Live", Clients: []string{"a"}}); !strings.Contains(small, `"clients":["a"]`) {
+		t.Errorf("a small report was changed: %s", small)
+	}
 }
