@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,9 @@ import (
 	"github.com/drover-fleet/drover/internal/serverless/appwire"
 	"github.com/drover-fleet/drover/internal/testenv"
 )
+
+// appsRuns counts the runs of TestAppsThroughHubAndAgent in this process.
+var appsRuns atomic.Int32
 
 // TestAppsThroughHubAndAgent: a hub dispatches an instance and a session
 // (appwire work items) to a real agent running serverless apps, with
@@ -40,7 +44,9 @@ func TestAppsThroughHubAndAgent(t *testing.T) {
 	f := newFixture(t, "hub-apps")
 	snk, ws := &sink{}, &works{}
 	h := f.startHub(Options{Name: "hub-apps", Features: feature(ws, snk)})
-	const node = "apps-node"
+	// FleetNodes outlive a run in the package's apiserver: a name per run
+	// (go test -count=2).
+	node := fmt.Sprintf("apps-node-%d", appsRuns.Add(1))
 	opts := f.agentOpts(node, h, newRunner())
 	opts.StateDir = filepath.Join(open, "state")
 	opts.Apps = &agent.AppOptions{}
