@@ -85,6 +85,10 @@ type Options struct {
 	// Containerd runs the tasks whose driver is containerd
 	// (taskexec.Options.Containerd). Default nil: they fail, DriverUnavailable.
 	Containerd *taskexec.Containerd
+	// Apps, when set, runs serverless instances and sessions (work types
+	// app-instance and app-session) and tells hubs so (protocol.FeatureApps).
+	// Default nil: none.
+	Apps *AppOptions
 	// Runners run work items by type. "noop" is always available.
 	Runners map[string]Runner
 	// Connect opens the agent protocol to a hub (hub is an entry of Hubs;
@@ -344,6 +348,20 @@ func Run(ctx context.Context, opts Options) error {
 	for typ, r := range tasks.runners {
 		if _, set := opts.Runners[typ]; !set {
 			a.opts.Runners[typ] = r
+		}
+	}
+	if opts.Apps != nil {
+		as, err := a.appRunners(ctx, db, tasks.driver)
+		if err != nil {
+			return err
+		}
+		// Before tasks.close (defers run last first): the instances'
+		// processes go on, and the next start's Resume stops them.
+		defer as.node.Close()
+		for typ, r := range as.runners {
+			if _, set := opts.Runners[typ]; !set {
+				a.opts.Runners[typ] = r
+			}
 		}
 	}
 	a.opts.Metrics.known(a.opts.Hubs, slices.Collect(maps.Keys(a.opts.Runners)))

@@ -48,8 +48,13 @@ func (a *Agent) session(ctx context.Context, hub string) error {
 	// Features name the protocol extensions this agent understands: the
 	// hub uses them only with agents that name them. taskwire.FeatureRunAs:
 	// this agent runs tasks as their securityContext's user.
+	// protocol.FeatureApps: it runs serverless instances and sessions.
+	features := []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs}
+	if a.opts.Apps != nil {
+		features = append(features, protocol.FeatureApps)
+	}
 	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info(),
-		Features: []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs}})
+		Features: features})
 	if err != nil {
 		return classify(hub, err)
 	}

@@ -32,6 +32,8 @@ type execRecord struct {
 type taskSet struct {
 	runners map[string]Runner
 	close   func()
+	// driver runs the tasks' processes, and the serverless instances'.
+	driver *taskexec.Driver
 }
 
 // taskRunners are the runners of tasks (batch.drover.io, seed 001): the exec
@@ -56,7 +58,7 @@ func (a *Agent) taskRunners(ctx context.Context, db *store.Store) (taskSet, erro
 		d.Close()
 		return taskSet{}, err
 	}
-	return taskSet{runners: map[string]Runner{taskwire.TypeExec: r, taskwire.TypeContainerd: r}, close: d.Close}, nil
+	return taskSet{runners: map[string]Runner{taskwire.TypeExec: r, taskwire.TypeContainerd: r}, close: d.Close, driver: d}, nil
 }
 
 // taskRunner runs task attempts through the exec driver, many at once.

@@ -77,6 +77,15 @@ func startTaskAgentOpts(t *testing.T, dir string, clk clock.Clock, mutate func(*
 	for typ, r := range tasks.runners {
 		a.opts.Runners[typ] = r
 	}
+	var apps *appSet
+	if opts.Apps != nil {
+		if apps, err = a.appRunners(ctx, db, tasks.driver); err != nil {
+			t.Fatal(err)
+		}
+		for typ, r := range apps.runners {
+			a.opts.Runners[typ] = r
+		}
+	}
 	if err := a.recoverWork(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +103,9 @@ func startTaskAgentOpts(t *testing.T, dir string, clk clock.Clock, mutate func(*
 				}
 			case <-time.After(taskWait):
 				t.Errorf("runWork did not return within %s", taskWait)
+			}
+			if apps != nil {
+				apps.node.Close() // as Run does: before the driver
 			}
 			tasks.close()
 			db.Close()

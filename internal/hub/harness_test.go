@@ -34,6 +34,7 @@ import (
 
 	fleetv1 "github.com/drover-fleet/drover/api/fleet/v1alpha1"
 	"github.com/drover-fleet/drover/internal/agent"
+	"github.com/drover-fleet/drover/internal/agent/taskexec"
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/pki"
 	"github.com/drover-fleet/drover/internal/protocol"
@@ -73,6 +74,11 @@ func testScheme() *runtime.Scheme {
 }
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == taskexec.LogShimArg {
+		// An agent of these tests re-executed the binary as the log shim
+		// of a process it runs (TestAppsThroughHubAndAgent's instances).
+		os.Exit(taskexec.RunLogShim(os.Args[2:]))
+	}
 	ctrllog.SetLogger(logr.Discard()) // the API client logs nothing worth reading here
 	var stop func()
 	env, stop = testenv.StartMain(testenv.Options{Scheme: testScheme()})

@@ -117,3 +117,37 @@ func TestInstallCommand(t *testing.T) {
 		}
 	}
 }
+
+// --apps (default on) gives the agent AppOptions; --instance-ports is
+// LO-HI within 1-65535, else a usage error.
+func TestAppsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		apps     bool
+		lo, hi   int
+		wantFail bool
+	}{
+		{args: nil, apps: true},
+		{args: []string{"--apps=false"}, apps: false},
+		{args: []string{"--instance-ports", "30000-32767", "--session-socket-dir", "/run/s"}, apps: true, lo: 30000, hi: 32767},
+		{args: []string{"--instance-ports", "32767-30000"}, wantFail: true},
+		{args: []string{"--instance-ports", "0-10"}, wantFail: true},
+		{args: []string{"--instance-ports", "30000"}, wantFail: true},
+	} {
+		s := newSettings()
+		if err := s.fs.Parse(append(tc.args, "--hub", "h:1", "--state-dir", t.TempDir())); err != nil {
+			t.Fatal(err)
+		}
+		o, err := s.options()
+		if (err != nil) != tc.wantFail {
+			t.Errorf("%q: err %v, want failure %v", tc.args, err, tc.wantFail)
+			continue
+		}
+		if tc.wantFail {
+			continue
+		}
+		if (o.Apps != nil) != tc.apps || (o.Apps != nil && (o.Apps.PortMin != tc.lo || o.Apps.PortMax != tc.hi)) {
+			t.Errorf("%q: apps options %+v, want enabled %v ports %d-%d", tc.args, o.Apps, tc.apps, tc.lo, tc.hi)
+		}
+	}
+}

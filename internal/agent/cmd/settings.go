@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +43,9 @@ type settings struct {
 	metrics   string
 	ctrdAddr  string
 	ctrdComp  string
+	apps      bool
+	instPorts string
+	sockDir   string
 
 	config      string
 	checkConfig bool
@@ -97,6 +101,12 @@ func newSettings() *settings {
 		"containerd's socket, for tasks with driver containerd (docs/containers.md); empty: this agent runs no container tasks (they fail, DriverUnavailable)")
 	fs.StringVar(&s.ctrdComp, "containerd-companion", "",
 		"path of drover-containerd, the companion that talks to containerd; default: drover-containerd next to drover-agent")
+	fs.BoolVar(&s.apps, "apps", true,
+		"run serverless instances and sessions (serverless.drover.io, docs/serverless.md) and tell hubs so; standby instances need cgroups")
+	fs.StringVar(&s.instPorts, "instance-ports", "",
+		"host port range of serverless instances, LO-HI (each instance gets its own, e.g. 30000-32767); default: ports the kernel chooses")
+	fs.StringVar(&s.sockDir, "session-socket-dir", "",
+		"dir of the instances' session service sockets (every dir above it must let the instances' users through, and its path must be short); default: the state dir + \"-sessions\"")
 	fs.StringVar(&s.metrics, "metrics-addr", "",
 		"serve Prometheus metrics (sessions, work items by type and result, node job actions) on http://ADDR/metrics, e.g. 127.0.0.1:9464; "+
 			"default off. Plain HTTP without authentication: keep it on loopback or a trusted network")
@@ -153,6 +163,18 @@ func (s *settings) options() (agent.Options, error) {
 			comp = filepath.Join(filepath.Dir(exe), "drover-containerd")
 		}
 		o.Containerd = &taskexec.Containerd{Companion: comp, Address: s.ctrdAddr, Namespace: ctrdwire.DefaultNamespace}
+	}
+	if s.apps {
+		o.Apps = &agent.AppOptions{SocketDir: s.sockDir}
+		if s.instPorts != "" {
+			lo, hi, ok := strings.Cut(s.instPorts, "-")
+			var err1, err2 error
+			o.Apps.PortMin, err1 = strconv.Atoi(strings.TrimSpace(lo))
+			o.Apps.PortMax, err2 = strconv.Atoi(strings.TrimSpace(hi))
+			if !ok || err1 != nil || err2 != nil || o.Apps.PortMin < 1 || o.Apps.PortMax > 65535 || o.Apps.PortMin > o.Apps.PortMax {
+				return o, fmt.Errorf("--instance-ports %q: want LO-HI with 1 <= LO <= HI <= 65535", s.instPorts)
+			}
+		}
 	}
 	if o.MaxArtifactBytes <= 0 {
 		return o, fmt.Errorf("--max-artifact-bytes %d: want a size in bytes above 0", o.MaxArtifactBytes)
