@@ -74,7 +74,7 @@ func TestDecide(t *testing.T) {
 			inst("a", serverlessv1.InstanceRunning, false, 1, 0)}, Pending: []Pending{{Key: "ns/s1"}, {Key: "ns/s2"}, {Key: "ns/s3"}, {Key: "ns/s4"}}},
 		want: Decision{Add: []Add{{ForSession: "ns/s2"}}, Bind: []Binding{{Session: "ns/s1", Instance: "a"},
 			{Session: "ns/s2", NewIndex: 0}, {Session: "ns/s3", NewIndex: 0}}, Requeue: 0,
-			// s4: a second new instance
+		// s4: a second new instance
 		}.with(func(d *Decision) {
 			d.Add = append(d.Add, Add{ForSession: "ns/s4"})
 			d.Bind = append(d.Bind, Binding{Session: "ns/s4", NewIndex: 1})
