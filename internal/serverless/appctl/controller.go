@@ -619,7 +619,7 @@ func (c *Controller) writeSlice(ctx context.Context, v *view, node string, remov
 	case cur == nil:
 		err = c.client.Create(ctx, s)
 	case len(s.Spec.Instances) == 0 && !holdsInstances(s, v.nodes[node]):
-		err = c.client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+		err = c.client.Delete(ctx, s, client.Preconditions{UID: &s.UID})
 		if err == nil || apierrors.IsNotFound(err) {
 			c.written[sk] = writtenSlice{uid: s.UID, at: now}
 			delete(v.slices, node)
@@ -628,7 +628,11 @@ func (c *Controller) writeSlice(ctx context.Context, v *view, node string, remov
 	case equality.Semantic.DeepEqual(cur.Spec, s.Spec):
 		return true, nil
 	default:
-		err = c.client.Update(ctx, s)
+		// A merge patch of the spec, not an update: the hub writes the
+		// status about once a second, and an update would conflict with
+		// it. The manager is the spec's one writer, and mu orders its
+		// writes; the list is replaced whole.
+		err = c.client.Patch(ctx, s, client.MergeFrom(cur))
 	}
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):

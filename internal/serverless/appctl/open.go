@@ -23,16 +23,27 @@ import (
 func (c *Controller) Open(ctx context.Context, namespace, app string, data map[string]string, openTimeout *time.Duration) (*serverlessv1.ApplicationSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A slice that changed meanwhile (deleted, or made by another
+	// manager) is read again, a few times.
+	for try := 0; ; try++ {
+		s, retry, err := c.open(ctx, namespace, app, data, openTimeout)
+		if !retry || try == 2 {
+			return s, err
+		}
+	}
+}
+
+func (c *Controller) open(ctx context.Context, namespace, app string, data map[string]string, openTimeout *time.Duration) (*serverlessv1.ApplicationSession, bool, error) {
 	now := c.clock.Now()
 	v, err := c.load(ctx, types.NamespacedName{Namespace: namespace, Name: app}, now)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if v.app == nil {
-		return nil, fmt.Errorf("%w: application %s not found in namespace %s", ErrApplicationNotFound, app, namespace)
+		return nil, false, fmt.Errorf("%w: application %s not found in namespace %s", ErrApplicationNotFound, app, namespace)
 	}
 	if v.app.Spec.Mode == serverlessv1.ModeDaemon {
-		return nil, fmt.Errorf("%w: application %s runs as a daemon and serves no sessions", ErrApplicationIsDaemon, app)
+		return nil, false, fmt.Errorf("%w: application %s runs as a daemon and serves no sessions", ErrApplicationIsDaemon, app)
 	}
 	// Only this session: the unbound ones of the API wait for the
 	// reconcile, in their order, and the pool's refill is its too.
@@ -51,7 +62,7 @@ func (c *Controller) Open(ctx context.Context, namespace, app string, data map[s
 	}
 	res, err := c.apply(ctx, v, only, now)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	p, ok := res.bound[key]
 	if !ok {
@@ -61,10 +72,10 @@ func (c *Controller) Open(ctx context.Context, namespace, app string, data map[s
 			msg = m
 		}
 		if res.retry {
-			msg = "its instances changed meanwhile; try again"
+			return nil, true, fmt.Errorf("%w: the instances of application %s changed meanwhile; try again", ErrNoCapacity, app)
 		}
 		sessionsEnded.WithLabelValues(serverlessv1.ReasonNoCapacity).Inc()
-		return nil, fmt.Errorf("%w: %s", ErrNoCapacity, msg)
+		return nil, false, fmt.Errorf("%w: %s", ErrNoCapacity, msg)
 	}
 	s := &serverlessv1.ApplicationSession{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: trimName(kname.LabelValue(app)[:min(len(kname.LabelValue(app)), 50)]) + "-",
@@ -77,9 +88,9 @@ func (c *Controller) Open(ctx context.Context, namespace, app string, data map[s
 		s.Spec.OpenTimeout = &metav1.Duration{Duration: *openTimeout}
 	}
 	if err := c.client.Create(ctx, s); err != nil {
-		return nil, fmt.Errorf("create ApplicationSession of %s/%s: %w", namespace, app, err)
+		return nil, false, fmt.Errorf("create ApplicationSession of %s/%s: %w", namespace, app, err)
 	}
 	c.notes[client.ObjectKeyFromObject(s)] = sessionNote{uid: s.UID, instance: p.inst.Name, node: p.node, created: true, at: now}
 	sessionsBound.Inc()
-	return s, nil
+	return s, false, nil
 }
