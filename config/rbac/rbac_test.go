@@ -240,6 +240,11 @@ func TestRBAC(t *testing.T) {
 			{editor, "delete", batch, "tasks", "team-a", "scan-0", true},
 			{editor, "update", batch, "tasks/status", "team-a", "scan-0", false},
 			{editor, "create", ops, "nodeupgradejobs", "", "", false},
+			{viewer, "watch", apps, "instanceslices", "team-a", "", true},
+			{viewer, "create", apps, "applicationsessions", "team-a", "", false},
+			{editor, "create", apps, "applications", "team-a", "", true},
+			{editor, "delete", apps, "applicationsessions", "team-a", "", true},
+			{editor, "update", apps, "instanceslices", "team-a", "", false},
 		}
 		for _, c := range checks {
 			resource, sub, _ := strings.Cut(c.resource, "/")

@@ -774,6 +774,12 @@ func (c *Controller) bind(ctx context.Context, s *serverlessv1.ApplicationSessio
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[AnnotationBoundTime] = now.UTC().Format(time.RFC3339Nano)
+	// The label costs nothing in the same update and lets people select
+	// an Application's sessions (kubectl get sess -l …).
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[serverlessv1.LabelApplication] = kname.LabelValue(s.Spec.Application)
 	if err := c.client.Update(ctx, s); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // it changed or went: the next reconcile decides again

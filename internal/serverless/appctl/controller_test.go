@@ -64,14 +64,22 @@ var namespaces atomic.Int32
 // see only its own.
 func start(t *testing.T, base string, clk *clocktest.Fake) (string, *appctl.Controller) {
 	t.Helper()
+	return startWith(t, base, clk, true)
+}
+
+// startWith is start, with the namespace granted no node unless granted.
+func startWith(t *testing.T, base string, clk *clocktest.Fake, granted bool) (string, *appctl.Controller) {
+	t.Helper()
 	ctx := context.Background()
 	ns := fmt.Sprintf("%s-%d", base, namespaces.Add(1))
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	g := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "all-" + ns}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{ns}}}
-	if err := env.Client.Create(ctx, g); err != nil {
-		t.Fatal(err)
+	if granted {
+		if err := env.Client.Create(ctx, g); err != nil {
+			t.Fatal(err)
+		}
 	}
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -405,6 +413,9 @@ func TestStandbyPoolBindsAndRefills(t *testing.T) {
 	if s.Spec.InstanceName != first.Name || s.Spec.NodeName != first.node {
 		t.Fatalf("s1 bound to %s on %s, want %s on %s", s.Spec.InstanceName, s.Spec.NodeName, first.Name, first.node)
 	}
+	if s.Labels[serverlessv1.LabelApplication] != "web" {
+		t.Errorf("s1 labels %v", s.Labels)
+	}
 	if s.Annotations[appctl.AnnotationBoundTime] == "" {
 		t.Errorf("s1 has no %s annotation", appctl.AnnotationBoundTime)
 	}
@@ -720,4 +731,32 @@ func TestDeletingApplicationClosesItsSessions(t *testing.T) {
 	// The hub closes it on its instance and removes the finalizer; here it
 	// stays, deleting.
 	waitSession(t, ns, "s1", "deleted", func(s *serverlessv1.ApplicationSession) bool { return s.DeletionTimestamp != nil })
+}
+
+func TestNotGrantedNamespacePlacesNothingUntilGranted(t *testing.T) {
+	ns, _ := startWith(t, "nogrant", nil, false)
+	node(t, ns+"-n1", cpu("4"))
+	application(t, ns, "web", nil)
+	a := waitApp(t, ns, "web", "Schedulable False NotGranted", func(a *serverlessv1.Application) bool {
+		c := condition(a, serverlessv1.ConditionSchedulable)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == appctl.ReasonNotGranted
+	})
+	if c := condition(a, serverlessv1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != appctl.ReasonNotGranted {
+		t.Errorf("Ready %+v", c)
+	}
+	if m, err := instancesOf(context.Background(), ns, "web"); err != nil || len(m) > 0 {
+		t.Fatalf("instances %s (%v) without a grant", describe(m), err)
+	}
+	// A cold-path session finds no node either: NoCapacity, saying why.
+	session(t, ns, "s1", "web")
+	s := waitSession(t, ns, "s1", "Terminated NoCapacity", terminated(serverlessv1.ReasonNoCapacity))
+	if !strings.Contains(s.Status.Message, "NodeGrant") {
+		t.Errorf("message %q does not name the missing grant", s.Status.Message)
+	}
+	g := &fleetv1.NodeGrant{ObjectMeta: metav1.ObjectMeta{Name: "late-" + ns}, Spec: fleetv1.NodeGrantSpec{Namespaces: []string{ns}}}
+	if err := env.Client.Create(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), g) })
+	waitInstances(t, ns, "web", "the standby placed once granted", count(1))
 }

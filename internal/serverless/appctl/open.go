@@ -2,6 +2,7 @@ package appctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,6 +29,9 @@ func (c *Controller) Open(ctx context.Context, namespace, app string, data map[s
 	for try := 0; ; try++ {
 		s, retry, err := c.open(ctx, namespace, app, data, openTimeout)
 		if !retry || try == 2 {
+			if errors.Is(err, ErrNoCapacity) {
+				sessionsEnded.WithLabelValues(serverlessv1.ReasonNoCapacity).Inc()
+			}
 			return s, err
 		}
 	}
@@ -74,7 +78,6 @@ func (c *Controller) open(ctx context.Context, namespace, app string, data map[s
 		if res.retry {
 			return nil, true, fmt.Errorf("%w: the instances of application %s changed meanwhile; try again", ErrNoCapacity, app)
 		}
-		sessionsEnded.WithLabelValues(serverlessv1.ReasonNoCapacity).Inc()
 		return nil, false, fmt.Errorf("%w: %s", ErrNoCapacity, msg)
 	}
 	s := &serverlessv1.ApplicationSession{
