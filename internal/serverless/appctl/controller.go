@@ -334,6 +334,11 @@ func (c *Controller) input(v *view, now time.Time, pending []Pending) Input {
 				if r.Since != nil {
 					inst.Since = r.Since.Time
 				}
+				// A serving instance still holding a session whose object
+				// is gone (closing) has no room for another yet.
+				if r.State == serverlessv1.InstanceRunning || r.State == serverlessv1.InstanceActivating {
+					inst.Sessions = max(inst.Sessions, len(r.Sessions))
+				}
 			}
 			in.Instances = append(in.Instances, inst)
 		}
