@@ -14,9 +14,11 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
@@ -759,4 +761,52 @@ func TestNotGrantedNamespacePlacesNothingUntilGranted(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), g) })
 	waitInstances(t, ns, "web", "the standby placed once granted", count(1))
+}
+
+// The schema's scaling rules: a spec without scaling gets the defaults
+// (the rules read unset fields as their defaults), and min or standby
+// above max is refused.
+func TestScalingDefaultsAndRules(t *testing.T) {
+	ctx := context.Background()
+	ns := fmt.Sprintf("schema-%d", namespaces.Add(1))
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// Another test's controller would keep its instances.
+	t.Cleanup(func() {
+		if err := env.Client.DeleteAllOf(ctx, &serverlessv1.Application{}, client.InNamespace(ns)); err != nil {
+			t.Error(err)
+		}
+	})
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": serverlessv1.GroupVersion.String(), "kind": "Application",
+		"metadata": map[string]any{"namespace": ns, "name": "bare"},
+		"spec":     map[string]any{"command": []any{"/bin/true"}},
+	}}
+	if err := env.Client.Create(ctx, u); err != nil {
+		t.Fatalf("an Application without scaling: %v", err)
+	}
+	var a serverlessv1.Application
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bare"}, &a); err != nil {
+		t.Fatal(err)
+	}
+	sc := a.Spec.Scaling
+	if sc.MaxInstances != 10 || sc.StandbyInstances != 1 || sc.Burst != 2 || sc.SessionsPerInstance != 1 || sc.IdleInstanceTimeout.Duration != 5*time.Minute ||
+		a.Spec.Mode != serverlessv1.ModeSessions {
+		t.Errorf("defaults: mode %q scaling %+v", a.Spec.Mode, sc)
+	}
+	for name, scaling := range map[string]map[string]any{
+		"min-above-max":             {"minInstances": int64(3), "maxInstances": int64(2)},
+		"standby-above-max":         {"standbyInstances": int64(3), "maxInstances": int64(2)},
+		"standby-above-default-max": {"standbyInstances": int64(11)},
+	} {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": serverlessv1.GroupVersion.String(), "kind": "Application",
+			"metadata": map[string]any{"namespace": ns, "name": name},
+			"spec":     map[string]any{"command": []any{"/bin/true"}, "scaling": scaling},
+		}}
+		if err := env.Client.Create(ctx, u); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "must not be above maxInstances") {
+			t.Errorf("%s: %v, want Invalid: … must not be above maxInstances", name, err)
+		}
+	}
 }
