@@ -131,6 +131,7 @@ func TestRBAC(t *testing.T) {
 			batch = batchv1.GroupVersion.Group
 			fleet = fleetv1.GroupVersion.Group
 			ops   = "operations.drover.io"
+			apps  = "serverless.drover.io"
 		)
 		checks := []check{
 			// The hub: what it needs.
@@ -203,6 +204,14 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "update", "", "configmaps", ns, "drover-ca-bundle", true},
 			{managerSA, "watch", "", "configmaps", ns, "drover-revoked-keys", true},
 			{managerSA, "update", "", "secrets", ns, "drover-webhook-tls", true},
+			{managerSA, "watch", apps, "applications", "", "", true},
+			{managerSA, "update", apps, "applications/status", "team-a", "", true},
+			{managerSA, "create", apps, "instanceslices", "team-a", "", true},
+			{managerSA, "update", apps, "instanceslices", "team-a", "", true},
+			{managerSA, "update", apps, "applicationsessions", "team-a", "", true}, // binds a session
+			{managerSA, "patch", apps, "applicationsessions", "team-a", "", true},  // removes its finalizer
+			{managerSA, "update", apps, "applicationsessions/status", "team-a", "", true},
+			{managerSA, "update", apps, "applications/finalizers", "team-a", "", true},
 			// The manager: what it must not do.
 			{managerSA, "delete", batch, "fleetjobs", "team-a", "", false},
 			{managerSA, "patch", batch, "tasks", "team-a", "", false}, // the hub's finalizer
@@ -213,6 +222,8 @@ func TestRBAC(t *testing.T) {
 			{managerSA, "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "other", false},
 			{managerSA, "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "drover-tenancy", false},
 			{managerSA, "create", fleet, "nodegrants", "", "", false},
+			{managerSA, "delete", apps, "applications", "team-a", "", false},
+			{managerSA, "update", apps, "instanceslices/status", "team-a", "", false}, // the hubs'
 			{managerSA, "create", "", "namespaces", "", "", false},
 			{managerSA, "update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
 			// A person bound to drover-task-log-reader in team-a.
@@ -229,6 +240,11 @@ func TestRBAC(t *testing.T) {
 			{editor, "delete", batch, "tasks", "team-a", "scan-0", true},
 			{editor, "update", batch, "tasks/status", "team-a", "scan-0", false},
 			{editor, "create", ops, "nodeupgradejobs", "", "", false},
+			{viewer, "watch", apps, "instanceslices", "team-a", "", true},
+			{viewer, "create", apps, "applicationsessions", "team-a", "", false},
+			{editor, "create", apps, "applications", "team-a", "", true},
+			{editor, "delete", apps, "applicationsessions", "team-a", "", true},
+			{editor, "update", apps, "instanceslices", "team-a", "", false},
 		}
 		for _, c := range checks {
 			resource, sub, _ := strings.Cut(c.resource, "/")

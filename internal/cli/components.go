@@ -260,7 +260,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			admission = c.webhook.options(c.namespace, log)
 		}
 		parts, err := manager.Setup(mgr, manager.Options{
-			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true, Admission: admission})
+			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true, Apps: true, Admission: admission})
 		if err != nil {
 			return nil, err
 		}

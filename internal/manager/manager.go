@@ -17,6 +17,7 @@ import (
 	"github.com/drover-fleet/drover/internal/inplace/agentupdater"
 	"github.com/drover-fleet/drover/internal/inplace/inplacectl"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobctl"
+	"github.com/drover-fleet/drover/internal/serverless/appctl"
 	"github.com/drover-fleet/drover/internal/task/taskctl"
 	"github.com/drover-fleet/drover/internal/tenancy/tenancyadmit"
 )
@@ -53,6 +54,9 @@ type Options struct {
 	// Tasks runs the FleetJob, TaskGroup and Task controllers and the task
 	// scheduler (taskctl.drover.io).
 	Tasks bool
+	// Apps runs the Application controller (serverless.drover.io): the
+	// instances of each Application and the binding of its sessions.
+	Apps bool
 	// Admission, when set, serves and installs the tenancy webhook, which
 	// refuses work that no NodeGrant allows (internal/tenancy/tenancyadmit).
 	Admission *tenancyadmit.Options
@@ -63,6 +67,9 @@ type Parts struct {
 	// Admission is the tenancy webhook's server; nil without
 	// Options.Admission.
 	Admission *tenancyadmit.Server
+	// Apps is the Application controller, whose Open binds sessions
+	// in-process; nil without Options.Apps.
+	Apps *appctl.Controller
 }
 
 // Setup registers every controller with mgr.
@@ -89,6 +96,13 @@ func Setup(mgr ctrl.Manager, opts Options) (*Parts, error) {
 		if err := taskctl.Setup(mgr, taskctl.Options{}); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Apps {
+		c, err := appctl.Setup(mgr, appctl.Options{})
+		if err != nil {
+			return nil, err
+		}
+		p.Apps = c
 	}
 	if !opts.NodeJobs {
 		return p, nil

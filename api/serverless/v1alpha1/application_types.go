@@ -78,8 +78,12 @@ type Port struct {
 
 // Scaling says how many instances an Application keeps, and how fast it
 // makes more. Defaults are the seed's.
-// +kubebuilder:validation:XValidation:rule="!has(self.minInstances) || !has(self.maxInstances) || self.minInstances <= self.maxInstances",message="minInstances must not be above maxInstances"
-// +kubebuilder:validation:XValidation:rule="!has(self.standbyInstances) || !has(self.maxInstances) || self.standbyInstances <= self.maxInstances",message="standbyInstances must not be above maxInstances"
+//
+// The rules read unset fields as their defaults: the API server checks
+// them against the default {} of spec.scaling too, before its fields'
+// defaults are applied.
+// +kubebuilder:validation:XValidation:rule="(has(self.minInstances) ? self.minInstances : 0) <= (has(self.maxInstances) ? self.maxInstances : 10)",message="minInstances must not be above maxInstances"
+// +kubebuilder:validation:XValidation:rule="(has(self.standbyInstances) ? self.standbyInstances : 1) <= (has(self.maxInstances) ? self.maxInstances : 10)",message="standbyInstances must not be above maxInstances"
 type Scaling struct {
 	// minInstances always exist (standby, idle or serving). Default 0.
 	// +kubebuilder:validation:Minimum=0
