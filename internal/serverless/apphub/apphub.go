@@ -84,6 +84,10 @@ type Options struct {
 	// SliceWriteInterval is the least time between two status writes of
 	// one InstanceSlice: reports in between are coalesced. Default 1s.
 	SliceWriteInterval time.Duration
+	// CleanupTimeout bounds how long a deleted session waits for its
+	// agent to confirm the close after the cancel: then it is written
+	// Terminated (InstanceGone) and released. Default 2m.
+	CleanupTimeout time.Duration
 	// Workers write statuses in parallel. Default 4.
 	Workers int
 	// Recorder records Events on ApplicationSessions. Default: the
@@ -131,8 +135,10 @@ type sessRec struct {
 	uid  string
 	node string
 	work string
-	// sent: the item went to node; cancelled: its Cancel did.
+	// sent: the item went to node; cancelled: its Cancel did, at
+	// cancelledAt.
 	sent, cancelled bool
+	cancelledAt     time.Time
 	// want is the status the reports ask for; dirty: not written yet.
 	want       sessWant
 	dirty      bool
@@ -200,6 +206,9 @@ var (
 func New(opts Options) *Feature {
 	if opts.SliceWriteInterval <= 0 {
 		opts.SliceWriteInterval = time.Second
+	}
+	if opts.CleanupTimeout <= 0 {
+		opts.CleanupTimeout = 2 * time.Minute
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4

@@ -367,3 +367,37 @@ func TestAssigned(t *testing.T) {
 		t.Error("a feature that sent nothing does not answer from the caches")
 	}
 }
+
+// TestDeletedSessionCleanupTimeout: a deleted session its agent never got
+// (bound to an instance the node's slices do not hold) is cancelled, and
+// when the agent does not confirm within CleanupTimeout it is written
+// Terminated (InstanceGone) and released.
+func TestDeletedSessionCleanupTimeout(t *testing.T) {
+	fx := start(t, func(o *Options) { o.CleanupTimeout = 2 * time.Second })
+	fx.application("lost")
+	s := &serverlessv1.ApplicationSession{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: "orphan", Finalizers: []string{serverlessv1.FinalizerSession}},
+		Spec:       serverlessv1.ApplicationSessionSpec{Application: "lost", InstanceName: "lost-a", NodeName: fx.node},
+	}
+	fx.create(s)
+	if err := fx.c.Delete(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted session is gone", func(ctx context.Context) error {
+		var got serverlessv1.ApplicationSession
+		err := fx.c.Get(ctx, client.ObjectKeyFromObject(s), &got)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there: status %+v, finalizers %v", got.Status, got.Finalizers)
+	})
+	if fx.runner.has(appwire.SessionWorkID(string(s.UID))) {
+		t.Error("the agent got a session whose instance is on none of its slices")
+	}
+	if n := fx.metric("drover_hub_apps_sessions_closed_total", "reason", serverlessv1.ReasonInstanceGone); n != 1 {
+		t.Errorf("sessions closed (InstanceGone) %v, want 1", n)
+	}
+}

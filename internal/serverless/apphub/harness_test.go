@@ -93,9 +93,10 @@ type fixture struct {
 
 var nameRE = regexp.MustCompile(`[^a-z0-9]+`)
 
-// start runs a manager with the feature and a hub, and an agent for one
-// node connected to it whose app runners the test scripts.
-func start(t *testing.T) *fixture {
+// start runs a manager with the feature (its options changed by with)
+// and a hub, and an agent for one node connected to it whose app runners
+// the test scripts.
+func start(t *testing.T, with ...func(*Options)) *fixture {
 	t.Helper()
 	e := testenv.Require(t, env)
 	base := strings.Trim(nameRE.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
@@ -130,8 +131,12 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.f = New(Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Logger: logger.With("component", "apps"),
-		Registerer: fx.reg, SliceWriteInterval: 3 * time.Second})
+	o := Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Logger: logger.With("component", "apps"),
+		Registerer: fx.reg, SliceWriteInterval: 3 * time.Second}
+	for _, w := range with {
+		w(&o)
+	}
+	fx.f = New(o)
 	if err := fx.f.SetupWithManager(context.Background(), mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package apphub
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	serverlessv1 "github.com/drover-fleet/drover/api/serverless/v1alpha1"
+	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/serverless/appwire"
 )
 
@@ -177,7 +179,7 @@ func (r sessionReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	uid := string(s.UID)
 	f.mu.Lock()
 	rec := f.sessLocked(req.NamespacedName, uid, node)
-	sent, cancelled := rec.sent, rec.cancelled
+	sent := rec.sent
 	f.mu.Unlock()
 
 	if s.Status.Phase.Final() {
@@ -186,18 +188,7 @@ func (r sessionReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return f.releaseFinalizer(ctx, &s)
 	}
 	if s.DeletionTimestamp != nil {
-		if !cancelled && h.Connected(node) {
-			// Cancel even if this hub did not send it (an earlier hub did):
-			// the agent closes the session and reports Terminated.
-			if err := h.Cancel(node, rec.work); err == nil {
-				f.mu.Lock()
-				rec.cancelled = true
-				f.mu.Unlock()
-				f.m.cancels.Inc()
-				f.log.Info("session cancelled: deleted", "session", req.NamespacedName, "node", node)
-			}
-		}
-		return reconcile.Result{}, nil
+		return f.closeDeleted(ctx, h, &s, rec)
 	}
 	if sent || canSend(h, node) != nil {
 		return reconcile.Result{}, nil
@@ -230,6 +221,45 @@ func (r sessionReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	f.m.dispatched.Inc()
 	f.log.Debug("session dispatched", "session", req.NamespacedName, "node", node, "instance", in.Name)
 	return reconcile.Result{}, nil
+}
+
+// closeDeleted cancels a deleted session at its node, if connected here,
+// even if this hub did not send it (an earlier hub did): the agent closes
+// it and reports Terminated, which releases it. An agent that does not
+// confirm within CleanupTimeout (it never got the session, or lost it) is
+// not waited for any longer: the session is written Terminated,
+// InstanceGone, and released.
+func (f *Feature) closeDeleted(ctx context.Context, h hub.Link, s *serverlessv1.ApplicationSession, rec *sessRec) (reconcile.Result, error) {
+	node := s.Spec.NodeName
+	f.mu.Lock()
+	cancelled, at := rec.cancelled, rec.cancelledAt
+	f.mu.Unlock()
+	if !cancelled {
+		if !h.Connected(node) {
+			return reconcile.Result{}, nil // the node's hub, or the manager once the node is lost
+		}
+		if err := h.Cancel(node, rec.work); err != nil {
+			return reconcile.Result{}, err
+		}
+		at = f.opts.Clock.Now()
+		f.mu.Lock()
+		rec.cancelled, rec.cancelledAt = true, at
+		f.mu.Unlock()
+		f.m.cancels.Inc()
+		f.log.Info("session cancelled: deleted", "session", client.ObjectKeyFromObject(s), "node", node)
+	}
+	if wait := at.Add(f.opts.CleanupTimeout).Sub(f.opts.Clock.Now()); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	f.mu.Lock()
+	rec.want.phase = serverlessv1.SessionTerminated // later reports change nothing
+	f.mu.Unlock()
+	w := sessWant{phase: serverlessv1.SessionTerminated, reason: serverlessv1.ReasonInstanceGone, flagged: s.Status.Flagged,
+		clients: s.Status.Clients, message: fmt.Sprintf("node %s did not confirm the close within %s of the cancel", node, f.opts.CleanupTimeout)}
+	if err := f.writeSession(ctx, s, nil, node, w); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	return f.releaseFinalizer(ctx, s)
 }
 
 // releaseFinalizer removes serverlessv1.FinalizerSession from an ended
