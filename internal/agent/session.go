@@ -49,7 +49,7 @@ func (a *Agent) session(ctx context.Context, hub string) error {
 	// hub uses them only with agents that name them. taskwire.FeatureRunAs:
 	// this agent runs tasks as their securityContext's user.
 	stream, err := client.GetMessage(ctx, &agentv1.GetMessageRequest{LastRevision: hubRev, AgentRevision: acked, Info: a.info(),
-		Features: []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs, protocol.FeatureApps}})
+		Features: []string{protocol.FeatureDispatchBatch, taskwire.FeatureRunAs}})
 	if err != nil {
 		return classify(hub, err)
 	}

@@ -56,8 +56,9 @@ const (
 	// FeatureDispatchBatch: the agent applies every item of a Dispatch
 	// (Dispatch.more), so the hub may send a run of items in one envelope.
 	FeatureDispatchBatch = "dispatch-batch"
-	// FeatureApps: the agent runs serverless instances and sessions
-	// (appwire's app-instance and app-session items).
+	// FeatureApps: the agent runs serverless instances and sessions (work
+	// types app-instance and app-session, internal/serverless/appwire); a
+	// hub places instances only on nodes whose agent names it.
 	FeatureApps = "apps"
 )
 

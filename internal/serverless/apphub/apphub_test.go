@@ -67,13 +67,18 @@ func (fx *fixture) create(o client.Object) {
 // does, with instances.
 func (fx *fixture) slice(app *serverlessv1.Application, instances ...serverlessv1.SliceInstance) *serverlessv1.InstanceSlice {
 	fx.t.Helper()
+	return fx.sliceOn(fx.node, app, instances...)
+}
+
+func (fx *fixture) sliceOn(node string, app *serverlessv1.Application, instances ...serverlessv1.SliceInstance) *serverlessv1.InstanceSlice {
+	fx.t.Helper()
 	for i := range instances {
 		instances[i].Created = metav1.Now()
 	}
 	s := &serverlessv1.InstanceSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: app.Name + "-" + fx.node,
-			Labels: map[string]string{serverlessv1.LabelApplication: app.Name, serverlessv1.LabelNode: fx.node}},
-		Spec: serverlessv1.InstanceSliceSpec{Application: app.Name, NodeName: fx.node, Instances: instances},
+		ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: app.Name + "-" + node,
+			Labels: map[string]string{serverlessv1.LabelApplication: app.Name, serverlessv1.LabelNode: node}},
+		Spec: serverlessv1.InstanceSliceSpec{Application: app.Name, NodeName: node, Instances: instances},
 	}
 	fx.create(s)
 	return s
@@ -399,5 +404,34 @@ func TestDeletedSessionCleanupTimeout(t *testing.T) {
 	}
 	if n := fx.metric("drover_hub_apps_sessions_closed_total", "reason", serverlessv1.ReasonInstanceGone); n != 1 {
 		t.Errorf("sessions closed (InstanceGone) %v, want 1", n)
+	}
+}
+
+// TestOnlyAgentsNamingApps: a node whose agent does not name the apps
+// feature gets no instance and no session, in its snapshot or later; the
+// node beside it that names it gets its own; and each is trusted with its
+// own work only.
+func TestOnlyAgentsNamingApps(t *testing.T) {
+	fx := start(t)
+	old := fx.node + "-old"
+	oldRunner := newScriptRunner()
+	fx.startAgent(old, oldRunner, false)
+	app := fx.application("mixed")
+	fx.sliceOn(old, app, serverlessv1.SliceInstance{Name: "mixed-old", UID: "mixed-old-1"})
+	s := &serverlessv1.ApplicationSession{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: "on-old"},
+		Spec:       serverlessv1.ApplicationSessionSpec{Application: "mixed", InstanceName: "mixed-old", NodeName: old},
+	}
+	fx.create(s)
+	// The node beside it gets its instance: the feature has seen both.
+	fx.slice(app, serverlessv1.SliceInstance{Name: "mixed-new", UID: "mixed-new-1"})
+	fx.runner.waitItem(t, appwire.InstanceWorkID("mixed-new-1"))
+	testenv.Never(t, testenv.ShortTimeout, "the old agent got an app item", func(context.Context) (bool, error) {
+		return oldRunner.has(appwire.InstanceWorkID("mixed-old-1")) || oldRunner.has(appwire.SessionWorkID(string(s.UID))), nil
+	})
+	ctx := context.Background()
+	if fx.f.Assigned(ctx, fx.node, appwire.InstanceWorkID("mixed-old-1")) || !fx.f.Assigned(ctx, old, appwire.InstanceWorkID("mixed-old-1")) ||
+		fx.f.Assigned(ctx, old, appwire.InstanceWorkID("mixed-new-1")) {
+		t.Error("Assigned does not follow the slices' nodes")
 	}
 }

@@ -10,12 +10,15 @@ package apphub
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +27,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,6 +42,8 @@ import (
 	"github.com/drover-fleet/drover/internal/bootstrap"
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/manager"
+	"github.com/drover-fleet/drover/internal/protocol"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/serverless/appwire"
 	"github.com/drover-fleet/drover/internal/store"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
@@ -89,6 +97,8 @@ type fixture struct {
 	f        *Feature
 	reg      *prometheus.Registry
 	runner   *scriptRunner
+	addr     string // the hub's
+	logger   *slog.Logger
 }
 
 var nameRE = regexp.MustCompile(`[^a-z0-9]+`)
@@ -171,6 +181,18 @@ func start(t *testing.T, with ...func(*Options)) *fixture {
 		t.Fatalf("hub did not listen: %v", err)
 	}
 
+	fx.addr, fx.logger = addr.String(), logger
+	fx.startAgent(fx.node, fx.runner, true)
+	return fx
+}
+
+// startAgent runs an agent for node whose app items go to r, naming
+// protocol.FeatureApps if apps, and waits until it is connected.
+func (fx *fixture) startAgent(node string, r *scriptRunner, apps bool) {
+	t := fx.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.ShortTimeout)
+	defer cancel()
 	tok, err := bootstrap.Generate()
 	if err != nil {
 		t.Fatal(err)
@@ -183,28 +205,30 @@ func start(t *testing.T, with ...func(*Options)) *fixture {
 	if err := os.WriteFile(caFile, fx.caPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts := agent.Options{Node: fx.node, Hubs: []string{addr.String()}, BootstrapToken: tok.String(), CAFile: caFile,
+	opts := agent.Options{Node: node, Hubs: []string{fx.addr}, BootstrapToken: tok.String(), CAFile: caFile,
 		StateDir: t.TempDir(), HeartbeatInterval: time.Second,
-		Runners: map[string]agent.Runner{appwire.TypeInstance: fx.runner, appwire.TypeSession: fx.runner},
-		Logger:  logger.With("component", "agent")}
-	actx2, acancel2 := context.WithCancel(context.Background())
+		Runners: map[string]agent.Runner{appwire.TypeInstance: r, appwire.TypeSession: r},
+		Logger:  fx.logger.With("component", "agent", "node", node)}
+	if apps {
+		opts.Connect = connectNaming(protocol.FeatureApps)
+	}
+	actx, acancel := context.WithCancel(context.Background())
 	adone := make(chan error, 1)
-	go func() { adone <- agent.Run(actx2, opts) }()
+	go func() { adone <- agent.Run(actx, opts) }()
 	t.Cleanup(func() {
-		acancel2()
+		acancel()
 		select {
 		case err := <-adone:
 			if err != nil {
-				t.Errorf("agent: %v", err)
+				t.Errorf("agent %s: %v", node, err)
 			}
 		case <-time.After(stopTimeout):
-			t.Errorf("agent still running %s after stop", stopTimeout)
+			t.Errorf("agent %s still running %s after stop", node, stopTimeout)
 		}
 	})
-	testenv.Eventually(t, waitTimeout, "agent connected", func(context.Context) (bool, error) {
-		return h.Connected(fx.node), nil
+	testenv.Eventually(t, waitTimeout, "agent "+node+" connected", func(context.Context) (bool, error) {
+		return fx.hub.Connected(node), nil
 	})
-	return fx
 }
 
 func (fx *fixture) caPEM() []byte {
@@ -253,6 +277,34 @@ func labelsMatch(m *dto.Metric, want []string) bool {
 		}
 	}
 	return true
+}
+
+// connectNaming is a gRPC connector whose streams name features besides
+// the agent's own: the agent names protocol.FeatureApps only with its
+// real app runtime (Options.Apps), and these tests script the runners.
+func connectNaming(features ...string) agent.Connector {
+	return func(_ context.Context, hub string, cfg *tls.Config) (agentv1.AgentHubClient, io.Closer, error) {
+		conn, err := grpc.NewClient(hub, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			return nil, nil, err
+		}
+		return &naming{AgentHubClient: agentv1.NewAgentHubClient(conn), features: features}, conn, nil
+	}
+}
+
+type naming struct {
+	agentv1.AgentHubClient
+	features []string
+}
+
+func (n *naming) GetMessage(ctx context.Context, req *agentv1.GetMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[agentv1.Envelope], error) {
+	req = proto.Clone(req).(*agentv1.GetMessageRequest)
+	for _, f := range n.features {
+		if !slices.Contains(req.Features, f) {
+			req.Features = append(req.Features, f)
+		}
+	}
+	return n.AgentHubClient.GetMessage(ctx, req, opts...)
 }
 
 // item is one work item the scripted runner holds: the test makes it
