@@ -98,8 +98,8 @@ func (fx *fixture) getSlice(s *serverlessv1.InstanceSlice) (*serverlessv1.Instan
 func TestInstanceDispatched(t *testing.T) {
 	fx := start(t)
 	app := fx.application("game")
-	s := fx.slice(app, serverlessv1.SliceInstance{Name: "game-a", UID: "uid-a", Standby: true})
-	it := fx.runner.waitItem(t, appwire.InstanceWorkID("uid-a"))
+	s := fx.slice(app, serverlessv1.SliceInstance{Name: "game-a", UID: fx.id("uid-a"), Standby: true})
+	it := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("uid-a")))
 	if it.w.Type != appwire.TypeInstance {
 		t.Errorf("item type %q, want %q", it.w.Type, appwire.TypeInstance)
 	}
@@ -127,12 +127,12 @@ func TestInstanceDispatched(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		cur.Spec.Instances = []serverlessv1.SliceInstance{{Name: "game-b", UID: "uid-b", Created: metav1.Now()}}
+		cur.Spec.Instances = []serverlessv1.SliceInstance{{Name: "game-b", UID: fx.id("uid-b"), Created: metav1.Now()}}
 		return fx.c.Update(context.Background(), cur)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b := fx.runner.waitItem(t, appwire.InstanceWorkID("uid-b"))
+	b := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("uid-b")))
 	if spec, err := appwire.DecodeInstance(b.w.Spec); err != nil || spec.Standby || spec.Name != "game-b" {
 		t.Errorf("second instance spec %+v, %v; want game-b, active", spec, err)
 	}
@@ -149,10 +149,10 @@ func TestInstanceReportsCoalesced(t *testing.T) {
 	fx := start(t)
 	app := fx.application("sim")
 	s := fx.slice(app,
-		serverlessv1.SliceInstance{Name: "sim-a", UID: "sim-a-1", Standby: true},
-		serverlessv1.SliceInstance{Name: "sim-b", UID: "sim-b-1"})
-	a := fx.runner.waitItem(t, appwire.InstanceWorkID("sim-a-1"))
-	b := fx.runner.waitItem(t, appwire.InstanceWorkID("sim-b-1"))
+		serverlessv1.SliceInstance{Name: "sim-a", UID: fx.id("sim-a-1"), Standby: true},
+		serverlessv1.SliceInstance{Name: "sim-b", UID: fx.id("sim-b-1")})
+	a := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("sim-a-1")))
+	b := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("sim-b-1")))
 	reports := 0
 	for _, st := range []string{"Creating", "LivenessChecking", "Standby"} {
 		a.report(st, appwire.InstanceReport{State: st, Port: 31000})
@@ -211,8 +211,8 @@ func TestInstanceReportsCoalesced(t *testing.T) {
 func TestSessionLifecycle(t *testing.T) {
 	fx := start(t)
 	app := fx.application("chat")
-	fx.slice(app, serverlessv1.SliceInstance{Name: "chat-a", UID: "chat-a-1"})
-	inst := fx.runner.waitItem(t, appwire.InstanceWorkID("chat-a-1"))
+	fx.slice(app, serverlessv1.SliceInstance{Name: "chat-a", UID: fx.id("chat-a-1")})
+	inst := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("chat-a-1")))
 	inst.report("Idle", appwire.InstanceReport{State: "Idle", Port: 32000})
 
 	sess := &serverlessv1.ApplicationSession{
@@ -233,7 +233,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &appwire.SessionSpec{Namespace: fx.ns, Application: "chat", Name: "alice", Instance: appwire.InstanceWorkID("chat-a-1"),
+	want := &appwire.SessionSpec{Namespace: fx.ns, Application: "chat", Name: "alice", Instance: appwire.InstanceWorkID(fx.id("chat-a-1")),
 		Data: map[string]string{"user": "alice"}, OpenTimeoutMillis: 7000, HeartbeatIntervalMillis: 1000, HeartbeatMisses: 3,
 		EvacuationTimeoutMillis: 20000}
 	if !reflect.DeepEqual(spec, want) {
@@ -241,9 +241,9 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 
 	// ReadinessChecking is not written; Ready is, with the endpoint.
-	it.report("ReadinessChecking", appwire.SessionReport{State: "ReadinessChecking", Instance: appwire.InstanceWorkID("chat-a-1")})
+	it.report("ReadinessChecking", appwire.SessionReport{State: "ReadinessChecking", Instance: appwire.InstanceWorkID(fx.id("chat-a-1"))})
 	ready := time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)
-	it.report("Ready", appwire.SessionReport{State: "Ready", Instance: appwire.InstanceWorkID("chat-a-1"), Port: 32000,
+	it.report("Ready", appwire.SessionReport{State: "Ready", Instance: appwire.InstanceWorkID(fx.id("chat-a-1")), Port: 32000,
 		ReadyTime: ready.Format(time.RFC3339Nano)})
 	var got serverlessv1.ApplicationSession
 	eventually(t, "the session is Ready with its endpoint", func(ctx context.Context) error {
@@ -297,8 +297,8 @@ func TestSessionLifecycle(t *testing.T) {
 func TestSessionEndsAndHeartbeatPolicy(t *testing.T) {
 	fx := start(t)
 	app := fx.application("sim")
-	fx.slice(app, serverlessv1.SliceInstance{Name: "sim-a", UID: "hb-a-1"})
-	fx.runner.waitItem(t, appwire.InstanceWorkID("hb-a-1"))
+	fx.slice(app, serverlessv1.SliceInstance{Name: "sim-a", UID: fx.id("hb-a-1")})
+	fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("hb-a-1")))
 	bind := func(name string, timeout time.Duration) (*serverlessv1.ApplicationSession, *item) {
 		s := &serverlessv1.ApplicationSession{
 			ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: name, Finalizers: []string{serverlessv1.FinalizerSession}},
@@ -340,7 +340,7 @@ func TestSessionEndsAndHeartbeatPolicy(t *testing.T) {
 func TestAssigned(t *testing.T) {
 	fx := start(t)
 	app := fx.application("own")
-	fx.slice(app, serverlessv1.SliceInstance{Name: "own-a", UID: "own-a-1"})
+	fx.slice(app, serverlessv1.SliceInstance{Name: "own-a", UID: fx.id("own-a-1")})
 	s := &serverlessv1.ApplicationSession{
 		ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: "mine"},
 		Spec:       serverlessv1.ApplicationSessionSpec{Application: "own", InstanceName: "own-a", NodeName: fx.node},
@@ -352,8 +352,8 @@ func TestAssigned(t *testing.T) {
 		node, uid string
 		want      bool
 	}{
-		{fx.node, appwire.InstanceWorkID("own-a-1"), true},
-		{"another-node", appwire.InstanceWorkID("own-a-1"), false},
+		{fx.node, appwire.InstanceWorkID(fx.id("own-a-1")), true},
+		{"another-node", appwire.InstanceWorkID(fx.id("own-a-1")), false},
 		{fx.node, appwire.SessionWorkID(string(s.UID)), true},
 		{"another-node", appwire.SessionWorkID(string(s.UID)), false},
 		{fx.node, appwire.InstanceWorkID("nobody-knows"), false},
@@ -368,7 +368,7 @@ func TestAssigned(t *testing.T) {
 	fresh := New(Options{Client: fx.f.opts.Client})
 	defer fresh.sliceQ.ShutDown()
 	defer fresh.sessQ.ShutDown()
-	if !fresh.Assigned(ctx, fx.node, appwire.InstanceWorkID("own-a-1")) || fresh.Assigned(ctx, "another-node", appwire.SessionWorkID(string(s.UID))) {
+	if !fresh.Assigned(ctx, fx.node, appwire.InstanceWorkID(fx.id("own-a-1"))) || fresh.Assigned(ctx, "another-node", appwire.SessionWorkID(string(s.UID))) {
 		t.Error("a feature that sent nothing does not answer from the caches")
 	}
 }
@@ -417,21 +417,21 @@ func TestOnlyAgentsNamingApps(t *testing.T) {
 	oldRunner := newScriptRunner()
 	fx.startAgent(old, oldRunner, false)
 	app := fx.application("mixed")
-	fx.sliceOn(old, app, serverlessv1.SliceInstance{Name: "mixed-old", UID: "mixed-old-1"})
+	fx.sliceOn(old, app, serverlessv1.SliceInstance{Name: "mixed-old", UID: fx.id("mixed-old-1")})
 	s := &serverlessv1.ApplicationSession{
 		ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: "on-old"},
 		Spec:       serverlessv1.ApplicationSessionSpec{Application: "mixed", InstanceName: "mixed-old", NodeName: old},
 	}
 	fx.create(s)
 	// The node beside it gets its instance: the feature has seen both.
-	fx.slice(app, serverlessv1.SliceInstance{Name: "mixed-new", UID: "mixed-new-1"})
-	fx.runner.waitItem(t, appwire.InstanceWorkID("mixed-new-1"))
+	fx.slice(app, serverlessv1.SliceInstance{Name: "mixed-new", UID: fx.id("mixed-new-1")})
+	fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("mixed-new-1")))
 	testenv.Never(t, testenv.ShortTimeout, "the old agent got an app item", func(context.Context) (bool, error) {
-		return oldRunner.has(appwire.InstanceWorkID("mixed-old-1")) || oldRunner.has(appwire.SessionWorkID(string(s.UID))), nil
+		return oldRunner.has(appwire.InstanceWorkID(fx.id("mixed-old-1"))) || oldRunner.has(appwire.SessionWorkID(string(s.UID))), nil
 	})
 	ctx := context.Background()
-	if fx.f.Assigned(ctx, fx.node, appwire.InstanceWorkID("mixed-old-1")) || !fx.f.Assigned(ctx, old, appwire.InstanceWorkID("mixed-old-1")) ||
-		fx.f.Assigned(ctx, old, appwire.InstanceWorkID("mixed-new-1")) {
+	if fx.f.Assigned(ctx, fx.node, appwire.InstanceWorkID(fx.id("mixed-old-1"))) || !fx.f.Assigned(ctx, old, appwire.InstanceWorkID(fx.id("mixed-old-1"))) ||
+		fx.f.Assigned(ctx, old, appwire.InstanceWorkID(fx.id("mixed-new-1"))) {
 		t.Error("Assigned does not follow the slices' nodes")
 	}
 }

@@ -98,7 +98,10 @@ type fixture struct {
 	reg      *prometheus.Registry
 	runner   *scriptRunner
 	addr     string // the hub's
-	logger   *slog.Logger
+	// suffix is this run's: slice entry uids are never reused, and a run
+	// before this one (-count=2) left its slices in the apiserver.
+	suffix string
+	logger *slog.Logger
 }
 
 var nameRE = regexp.MustCompile(`[^a-z0-9]+`)
@@ -115,9 +118,10 @@ func start(t *testing.T, with ...func(*Options)) *fixture {
 	}
 	// A suffix of its own per run: -count=2 must not meet the FleetNode
 	// (another key) or the namespaces of the run before.
-	base += fmt.Sprintf("-%04x", rand.IntN(1<<16))
+	suffix := fmt.Sprintf("%04x", rand.IntN(1<<16))
+	base += "-" + suffix
 	fx := &fixture{t: t, c: e.Client, ns: "apps-" + base, droverNS: "drover-" + base, node: "node-" + base,
-		reg: prometheus.NewRegistry(), runner: newScriptRunner()}
+		reg: prometheus.NewRegistry(), runner: newScriptRunner(), suffix: suffix}
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
@@ -230,6 +234,9 @@ func (fx *fixture) startAgent(node string, r *scriptRunner, apps bool) {
 		return fx.hub.Connected(node), nil
 	})
 }
+
+// id is a slice entry uid of this run.
+func (fx *fixture) id(s string) string { return s + "-" + fx.suffix }
 
 func (fx *fixture) caPEM() []byte {
 	fx.t.Helper()
