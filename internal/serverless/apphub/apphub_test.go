@@ -18,6 +18,7 @@ import (
 
 	batchv1 "github.com/drover-fleet/drover/api/batch/v1alpha1"
 	serverlessv1 "github.com/drover-fleet/drover/api/serverless/v1alpha1"
+	"github.com/drover-fleet/drover/internal/protocol/agentv1"
 	"github.com/drover-fleet/drover/internal/serverless/appwire"
 	"github.com/drover-fleet/drover/internal/task/taskwire"
 	"github.com/drover-fleet/drover/internal/testenv"
@@ -410,7 +411,8 @@ func TestDeletedSessionCleanupTimeout(t *testing.T) {
 // TestOnlyAgentsNamingApps: a node whose agent does not name the apps
 // feature gets no instance and no session, in its snapshot or later; the
 // node beside it that names it gets its own; and each is trusted with its
-// own work only.
+// own work only: a report of another node's instance, over real gRPC, is
+// refused.
 func TestOnlyAgentsNamingApps(t *testing.T) {
 	fx := start(t)
 	old := fx.node + "-old"
@@ -429,6 +431,32 @@ func TestOnlyAgentsNamingApps(t *testing.T) {
 	testenv.Never(t, testenv.ShortTimeout, "the old agent got an app item", func(context.Context) (bool, error) {
 		return oldRunner.has(appwire.InstanceWorkID(fx.id("mixed-old-1"))) || oldRunner.has(appwire.SessionWorkID(string(s.UID))), nil
 	})
+	// A report of the other node's instance, from the old agent (given the
+	// item by the hub directly, as a confused or hostile node would hold
+	// it), is refused before it reaches the feature.
+	work := appwire.InstanceWorkID(fx.id("mixed-new-1"))
+	spec, err := appwire.Encode(InstanceSpec(app, serverlessv1.SliceInstance{Name: "mixed-new", UID: fx.id("mixed-new-1")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.hub.Dispatch(old, &agentv1.WorkItem{Uid: work, Type: appwire.TypeInstance, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	oldRunner.waitItem(t, work).report("Running", appwire.InstanceReport{State: "Running", Port: 1})
+	eventually(t, "the forged report is refused", func(context.Context) error {
+		if n := fx.metric("drover_hub_reports_foreign_total", "feature", "apps"); n < 1 {
+			return fmt.Errorf("%v foreign reports", n)
+		}
+		return nil
+	})
+	fx.f.mu.Lock()
+	ir := fx.f.insts[fx.id("mixed-new-1")]
+	forged := ir != nil && ir.status != nil && ir.status.State == serverlessv1.InstanceRunning
+	fx.f.mu.Unlock()
+	if forged {
+		t.Error("the feature took another node's report of its instance")
+	}
+
 	ctx := context.Background()
 	if fx.f.Assigned(ctx, fx.node, appwire.InstanceWorkID(fx.id("mixed-old-1"))) || !fx.f.Assigned(ctx, old, appwire.InstanceWorkID(fx.id("mixed-old-1"))) ||
 		fx.f.Assigned(ctx, old, appwire.InstanceWorkID(fx.id("mixed-new-1"))) {
