@@ -25,6 +25,10 @@ const awaitRetry = time.Second
 // is looked at again.
 const bindRetry = 200 * time.Millisecond
 
+// notHereRetry is how often a deleted session whose node is not connected
+// here is looked at again.
+const notHereRetry = 30 * time.Second
+
 type sliceReconciler struct{ f *Feature }
 
 // Reconcile sends the instances added to a slice to its node, if connected
@@ -236,7 +240,9 @@ func (f *Feature) closeDeleted(ctx context.Context, h hub.Link, s *serverlessv1.
 	f.mu.Unlock()
 	if !cancelled {
 		if !h.Connected(node) {
-			return reconcile.Result{}, nil // the node's hub, or the manager once the node is lost
+			// The node's hub's, or the manager's once the node is lost;
+			// looked at again in case the node comes here.
+			return reconcile.Result{RequeueAfter: notHereRetry}, nil
 		}
 		if err := h.Cancel(node, rec.work); err != nil {
 			return reconcile.Result{}, err
