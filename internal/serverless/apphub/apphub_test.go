@@ -463,3 +463,47 @@ func TestOnlyAgentsNamingApps(t *testing.T) {
 		t.Error("Assigned does not follow the slices' nodes")
 	}
 }
+
+// TestNodeStateReplaces: a NodeState replaces what the feature knew of
+// the node: an instance it lists keeps its reported details with the
+// state it gives; one it leaves out loses its status.
+func TestNodeStateReplaces(t *testing.T) {
+	fx := start(t)
+	app := fx.application("ns")
+	s := fx.slice(app,
+		serverlessv1.SliceInstance{Name: "ns-a", UID: fx.id("ns-a-1")},
+		serverlessv1.SliceInstance{Name: "ns-b", UID: fx.id("ns-b-1")})
+	a := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("ns-a-1")))
+	b := fx.runner.waitItem(t, appwire.InstanceWorkID(fx.id("ns-b-1")))
+	a.report("Idle", appwire.InstanceReport{State: "Idle", Port: 33000})
+	b.report("Idle", appwire.InstanceReport{State: "Idle", Port: 33001})
+	waitStates := func(what string, want map[string]serverlessv1.InstanceState) {
+		t.Helper()
+		eventually(t, what, func(context.Context) error {
+			got, err := fx.getSlice(s)
+			if err != nil {
+				return err
+			}
+			have := map[string]serverlessv1.InstanceState{}
+			for _, is := range got.Status.Instances {
+				have[is.Name] = is.State
+			}
+			if !reflect.DeepEqual(have, want) {
+				return fmt.Errorf("states %v", have)
+			}
+			return nil
+		})
+	}
+	waitStates("both instances Idle", map[string]serverlessv1.InstanceState{"ns-a": serverlessv1.InstanceIdle, "ns-b": serverlessv1.InstanceIdle})
+
+	fx.f.NodeState(context.Background(), fx.node, []*agentv1.WorkStatus{
+		{Uid: appwire.InstanceWorkID(fx.id("ns-a-1")), Phase: taskwire.PhaseRunning, Reason: "Running"}})
+	waitStates("ns-a Running, ns-b gone", map[string]serverlessv1.InstanceState{"ns-a": serverlessv1.InstanceRunning})
+	got, err := fx.getSlice(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Status.Instances[0].Port; p != 33000 {
+		t.Errorf("ns-a port %d after the NodeState, want the reported 33000 kept", p)
+	}
+}
