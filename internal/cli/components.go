@@ -309,6 +309,7 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			},
 			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2),
 			Tasks:    true,
+			Apps:     true,
 			MQTT:     c.mqtt.options(),
 		})
 		if err != nil {

@@ -120,6 +120,10 @@ type Link interface {
 	Supports(node, feature string) bool
 	// HubName is the name of the hub, as FleetNode status shows it.
 	HubName() string
+	// Address is the IP address node's stream on this hub comes from, for
+	// what clients connect to on the node (a session's endpoint); "" when
+	// node has no stream here or its transport does not tell (MQTT).
+	Address(node string) string
 	// Call dispatches item to node and waits for the first report of its
 	// uid from that node that done accepts (nil accepts any), and returns
 	// it: a request answered by the agent within milliseconds (a session
@@ -158,6 +162,7 @@ func (l link) Dispatch(node string, item *agentv1.WorkItem) error {
 func (l link) Cancel(node, uid string) error { return l.h.Cancel(node, uid) }
 func (l link) Connected(node string) bool    { return l.h.Connected(node) }
 func (l link) HubName() string               { return l.h.Name() }
+func (l link) Address(node string) string    { return l.h.Address(node) }
 
 func (l link) Supports(node, feature string) bool { return l.h.Supports(node, feature) }
 

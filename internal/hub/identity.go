@@ -28,6 +28,10 @@ type Peer struct {
 	// the transport has them (gRPC): the hub closes the session when Cert
 	// expires or Root is no longer trusted (a CA rotation finished).
 	Cert, Root *x509.Certificate
+	// Addr is the IP address the node's connection comes from, when the
+	// transport knows it (gRPC): features give it to clients as the node's
+	// address (a session's endpoint). "" when unknown (MQTT).
+	Addr string
 }
 
 // certEnded says why a session with cert, chained to root, must end now,

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +42,8 @@ type session struct {
 	// features are the protocol features the agent named when it opened
 	// the stream; fixed for the stream's life (Supports).
 	features []string
+	// addr is Peer.Addr: the IP the stream came from (Address).
+	addr string
 	// wake has room for one signal: an event that may give the stream
 	// something to do (a queued envelope, a snapshot, a close) leaves one,
 	// and the stream's goroutine asks the Machine what next.
@@ -64,6 +68,7 @@ func newSession(p Peer, hubRev, agentRev uint64, features []string) *session {
 		key:  p.Key,
 		cert: p.Cert,
 		root: p.Root,
+		addr: p.Addr,
 		// A copy: the request's slice is not ours to keep.
 		features: slices.Clone(features),
 		wake:     make(chan struct{}, 1),
@@ -135,7 +140,23 @@ func (h *Hub) nodeFromPeer(ctx context.Context) (Peer, error) {
 	if !isNode {
 		return Peer{}, status.Error(codes.PermissionDenied, "certificate is not a node certificate")
 	}
-	return Peer{Node: cert.Subject.CommonName, Key: pki.KeyFingerprint(cert), Cert: cert, Root: chain[len(chain)-1]}, nil
+	return Peer{Node: cert.Subject.CommonName, Key: pki.KeyFingerprint(cert), Cert: cert, Root: chain[len(chain)-1], Addr: peerIP(p.Addr)}, nil
+}
+
+// peerIP is the IP of a connection's remote address, "" when it has none
+// (a unix socket, an in-memory listener).
+func peerIP(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return ""
+	}
+	return ap.Addr().Unmap().String()
 }
 
 // GetMessage implements AgentHub: the hub->agent stream.
@@ -395,6 +416,19 @@ func (h *Hub) Supports(node, feature string) bool {
 	s := h.sessions[node]
 	h.mu.Unlock()
 	return s != nil && slices.Contains(s.features, feature)
+}
+
+// Address is the IP address node's stream on this hub comes from (the
+// node's address as this hub sees it); "" when node has no stream here or
+// its transport does not tell (MQTT).
+func (h *Hub) Address(node string) string {
+	h.mu.Lock()
+	s := h.sessions[node]
+	h.mu.Unlock()
+	if s == nil {
+		return ""
+	}
+	return s.addr
 }
 
 // Pending returns how many envelopes node has not acked yet.

@@ -23,6 +23,7 @@ import (
 	"github.com/drover-fleet/drover/internal/hub"
 	"github.com/drover-fleet/drover/internal/hub/mqttbridge"
 	"github.com/drover-fleet/drover/internal/nodejob/nodejobhub"
+	"github.com/drover-fleet/drover/internal/serverless/apphub"
 	"github.com/drover-fleet/drover/internal/task/taskhub"
 )
 
@@ -39,6 +40,8 @@ type Options struct {
 	NodeJobs bool
 	// Tasks dispatches tasks (batch.drover.io) and serves `drover logs`.
 	Tasks bool
+	// Apps routes serverless instances and sessions (serverless.drover.io).
+	Apps bool
 	// MQTT carries the agent protocol over MQTT too. Default: off.
 	MQTT MQTTOptions
 }
@@ -90,6 +93,15 @@ func Setup(mgr ctrl.Manager, opts Options) (*Hub, error) {
 			return nil, fmt.Errorf("set up the hub's tasks: %w", err)
 		}
 		features = append(features, d)
+	}
+	if opts.Apps {
+		a := apphub.New(apphub.Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Logger: log.With("component", "apps"), Registerer: reg, Clock: clk})
+		// The context only registers the feature's field indexes.
+		if err := a.SetupWithManager(context.Background(), mgr); err != nil {
+			return nil, fmt.Errorf("set up the hub's applications: %w", err)
+		}
+		features = append(features, a)
 	}
 
 	ho := opts.Hub

@@ -43,6 +43,7 @@ func TestSetupServes(t *testing.T) {
 			ServingHosts: []string{"127.0.0.1"}, Registerer: prometheus.NewRegistry()},
 		NodeJobs: true,
 		Tasks:    true,
+		Apps:     true,
 		MQTT:     hubsetup.MQTTOptions{Listen: "127.0.0.1:0"},
 	})
 	if err != nil {

@@ -98,6 +98,8 @@ func (h *recordingHub) Connected(node string) bool {
 
 func (h *recordingHub) HubName() string { return "test-hub" }
 
+func (h *recordingHub) Address(string) string { return "" }
+
 // Supports is false: node jobs go to agents of any version (an old agent
 // must still take the upgrade that makes it new).
 func (h *recordingHub) Supports(string, string) bool { return false }
