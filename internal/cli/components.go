@@ -60,6 +60,7 @@ type componentOptions struct {
 	mqtt             mqttOptions
 	webhook          webhookOptions
 	signer           signerOptions
+	sessionAPI       sessionAPIOptions
 }
 
 // signerOptions are the signer's flags: where the manager serves it, and
@@ -175,6 +176,9 @@ func (c *componentOptions) validate(withHub bool) error {
 	if err := c.signer.validate(); err != nil {
 		return err
 	}
+	if err := c.sessionAPI.validate(); err != nil {
+		return err
+	}
 	if c.certValidity != 0 && c.certValidity < 10*time.Minute {
 		return fmt.Errorf("--certificate-validity %v: want at least 10m (agents renew after two thirds of it, and may renew once a minute)", c.certValidity)
 	}
@@ -265,6 +269,9 @@ func newComponents(cfg *rest.Config, c componentOptions, withManager, withHub bo
 			return nil, err
 		}
 		r.admission = parts.Admission
+		if err := c.sessionAPI.setup(mgr, parts.Apps, log); err != nil {
+			return nil, err
+		}
 		state := statemetrics.New(statemetrics.Options{Reader: mgr.GetCache(), Namespace: c.namespace, Elected: mgr.Elected(),
 			NodeJobs: !c.gates.Enabled(features.DisableNodeTaskV1alpha2), Tasks: true, Logger: log.With("component", "statemetrics")})
 		// A second manager in one process (tests) shares the first one's.

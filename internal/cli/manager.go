@@ -27,6 +27,7 @@ func newManagerCommand(g *globalOptions) *cobra.Command {
 	o.comp.addManagerFlags(cmd.Flags())
 	o.comp.webhook.addFlags(cmd.Flags(), "127.0.0.1:9443", true)
 	o.comp.signer.addServeFlags(cmd.Flags(), "127.0.0.1:9444")
+	o.comp.sessionAPI.addFlags(cmd.Flags(), "")
 	cmd.Flags().BoolVar(&o.comp.leaderElect, "leader-elect", true, "elect one active manager among replicas")
 	return cmd
 }

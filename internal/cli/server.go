@@ -88,6 +88,9 @@ func (o *serverOptions) addFlags(cmd *cobra.Command) {
 	// Its hub signs in the process; other hubs (`drover hub --signer`)
 	// reach the signer here.
 	o.comp.signer.addServeFlags(fs, "127.0.0.1:0")
+	// Port 0: two servers on one machine (tests) never collide; the
+	// address is printed.
+	o.comp.sessionAPI.addFlags(fs, "127.0.0.1:0")
 	fs.BoolVar(&o.comp.leaderElect, "leader-elect", true,
 		"hold the drover-manager Lease, so that a `drover manager` started against this control plane stands by")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false,
