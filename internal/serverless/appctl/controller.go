@@ -455,7 +455,7 @@ func (c *Controller) apply(ctx context.Context, v *view, d Decision, now time.Ti
 	}
 	var placed []*placement
 	if len(d.Add) > 0 {
-		cluster, task, err := c.cluster(ctx, app)
+		cluster, task, invalid, err := c.cluster(ctx, app)
 		if err != nil {
 			return nil, err
 		}
@@ -464,6 +464,10 @@ func (c *Controller) apply(ctx context.Context, v *view, d Decision, now time.Ti
 			if task.Key == "" {
 				placed = append(placed, nil)
 				res.unplaced++
+				res.message = invalid
+				if add.ForSession != "" {
+					res.noCapacity[add.ForSession] = "no node can take a new instance: " + res.message
+				}
 				continue
 			}
 			r := cluster.Place(task)
@@ -656,11 +660,12 @@ func (c *Controller) writeSlice(ctx context.Context, v *view, node string, remov
 
 // cluster is the fleet as the scheduler sees it, with what every task and
 // every instance holds, and the task that stands for one more instance of
-// app (Key "" when the app's spec cannot be placed at all).
-func (c *Controller) cluster(ctx context.Context, app *serverlessv1.Application) (*scheduler.Cluster, scheduler.Task, error) {
+// app; when the app's spec cannot be placed at all, its Key is "" and
+// invalid says why.
+func (c *Controller) cluster(ctx context.Context, app *serverlessv1.Application) (_ *scheduler.Cluster, _ scheduler.Task, invalid string, _ error) {
 	var nodes fleetv1.FleetNodeList
 	if err := c.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, scheduler.Task{}, fmt.Errorf("list FleetNodes: %w", err)
+		return nil, scheduler.Task{}, "", fmt.Errorf("list FleetNodes: %w", err)
 	}
 	views := make([]scheduler.Node, len(nodes.Items))
 	for i := range nodes.Items {
@@ -669,7 +674,7 @@ func (c *Controller) cluster(ctx context.Context, app *serverlessv1.Application)
 	cl := scheduler.New(views)
 	var tasks batchv1.TaskList
 	if err := c.client.List(ctx, &tasks, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, scheduler.Task{}, fmt.Errorf("list Tasks: %w", err)
+		return nil, scheduler.Task{}, "", fmt.Errorf("list Tasks: %w", err)
 	}
 	for i := range tasks.Items {
 		t := &tasks.Items[i]
@@ -679,7 +684,7 @@ func (c *Controller) cluster(ctx context.Context, app *serverlessv1.Application)
 	}
 	var slices serverlessv1.InstanceSliceList
 	if err := c.client.List(ctx, &slices, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, scheduler.Task{}, fmt.Errorf("list InstanceSlices: %w", err)
+		return nil, scheduler.Task{}, "", fmt.Errorf("list InstanceSlices: %w", err)
 	}
 	seen := map[types.NamespacedName]bool{}
 	resources := map[types.NamespacedName]corev1.ResourceList{}
@@ -732,21 +737,21 @@ func (c *Controller) cluster(ctx context.Context, app *serverlessv1.Application)
 	if app.Spec.NodeSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(app.Spec.NodeSelector)
 		if err != nil {
-			return cl, scheduler.Task{}, nil
+			return cl, scheduler.Task{}, "invalid spec.nodeSelector: " + err.Error(), nil
 		}
 		task.Selector = sel
 	}
 	policy, err := c.policy(ctx)
 	if err != nil {
-		return nil, scheduler.Task{}, err
+		return nil, scheduler.Task{}, "", err
 	}
 	ns := &metav1.PartialObjectMetadata{}
 	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
 	if err := c.client.Get(ctx, client.ObjectKey{Name: app.Namespace}, ns); client.IgnoreNotFound(err) != nil {
-		return nil, scheduler.Task{}, fmt.Errorf("get Namespace %s: %w", app.Namespace, err)
+		return nil, scheduler.Task{}, "", fmt.Errorf("get Namespace %s: %w", app.Namespace, err)
 	}
 	task.Access = policy.For(app.Namespace, ns.Labels)
-	return cl, task, nil
+	return cl, task, "", nil
 }
 
 // policy compiles the cluster's NodeGrants; one that does not compile
