@@ -55,6 +55,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -433,19 +434,12 @@ func (r *runner) app(ctx context.Context, name string, standby int32, max int32)
 			Command:       []string{r.echo},
 			Ports:         []serverlessv1.Port{{Name: "echo"}},
 			LivenessProbe: &serverlessv1.Probe{TCP: true},
-			Scaling: serverlessv1.Scaling{StandbyInstances: standby, MaxInstances: max, Burst: 20, SessionsPerInstance: 1,
+			Scaling: serverlessv1.Scaling{StandbyInstances: ptr.To(standby), MaxInstances: max, Burst: 20, SessionsPerInstance: 1,
 				IdleInstanceTimeout: metav1.Duration{Duration: time.Hour}},
 		},
 	}
 	if err := r.c.Create(ctx, a); err != nil {
 		return "", fmt.Errorf("create application %s: %w", name, err)
-	}
-	if standby == 0 {
-		// A Go client cannot send 0 (omitempty): patch it.
-		patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"scaling":{"standbyInstances":0}}}`))
-		if err := r.c.Patch(ctx, a, patch); err != nil {
-			return "", err
-		}
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {

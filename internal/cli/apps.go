@@ -362,7 +362,7 @@ func describeApp(ctx context.Context, w io.Writer, c client.Client, namespace, n
 	}
 	sc, sp := s.Scaling, s.Session
 	fmt.Fprintf(w, "Scaling:      min %d, max %d, standby %d, burst %d, %d session(s) per instance, idle timeout %s\n",
-		sc.MinInstances, sc.MaxInstances, sc.StandbyInstances, sc.Burst, sc.SessionsPerInstance, sc.IdleInstanceTimeout.Duration)
+		sc.MinInstances, sc.MaxInstances, sc.Standby(), sc.Burst, sc.SessionsPerInstance, sc.IdleInstanceTimeout.Duration)
 	fmt.Fprintf(w, "Sessions:     open timeout %s, heartbeat every %s (%d missed: %s), evacuation timeout %s\n",
 		sp.OpenTimeout.Duration, sp.HeartbeatInterval.Duration, sp.HeartbeatMisses, orNone(sp.OnHeartbeatLost), sp.EvacuationTimeout.Duration)
 	in, ss := a.Status.Instances, a.Status.Sessions

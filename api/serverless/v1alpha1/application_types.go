@@ -98,13 +98,13 @@ type Scaling struct {
 	// +optional
 	MaxInstances int32 `json:"maxInstances,omitempty"`
 	// standbyInstances are kept started, live and frozen, ready for the
-	// next session (the warm pool). Default 1. (Go clients: a 0 here is
-	// omitted and so defaulted; send 0 with a patch.)
+	// next session (the warm pool). Default 1; 0 keeps no pool (every
+	// session opens cold). Read it with Standby().
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
 	// +kubebuilder:default=1
 	// +optional
-	StandbyInstances int32 `json:"standbyInstances,omitempty"`
+	StandbyInstances *int32 `json:"standbyInstances,omitempty"`
 	// burst is how many instances are created at once. Default 2.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
@@ -126,6 +126,14 @@ type Scaling struct {
 	// +kubebuilder:default="5m"
 	// +optional
 	IdleInstanceTimeout metav1.Duration `json:"idleInstanceTimeout,omitzero"`
+}
+
+// Standby is standbyInstances, 1 when unset.
+func (s Scaling) Standby() int32 {
+	if s.StandbyInstances == nil {
+		return 1
+	}
+	return *s.StandbyInstances
 }
 
 // SessionPolicy bounds the sessions of an Application. Defaults are the

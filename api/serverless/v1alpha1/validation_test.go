@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -81,7 +82,7 @@ func TestApplicationValidation(t *testing.T) {
 		}), "ports"},
 		{"bad port name", app("bad-port", func(a *serverlessv1.Application) { a.Spec.Ports = []serverlessv1.Port{{Name: "Game_Port"}} }), "name"},
 		{"min above max", app("bad-scale", func(a *serverlessv1.Application) {
-			a.Spec.Scaling = serverlessv1.Scaling{MinInstances: 5, MaxInstances: 2, StandbyInstances: 1, Burst: 2, SessionsPerInstance: 1,
+			a.Spec.Scaling = serverlessv1.Scaling{MinInstances: 5, MaxInstances: 2, StandbyInstances: ptr.To[int32](1), Burst: 2, SessionsPerInstance: 1,
 				IdleInstanceTimeout: metav1.Duration{Duration: time.Minute}}
 		}), "minInstances must not be above maxInstances"},
 		{"daemon without instances", app("bad-daemon", func(a *serverlessv1.Application) { a.Spec.Mode = serverlessv1.ModeDaemon }), "daemon application needs scaling.minInstances"},
@@ -119,8 +120,12 @@ func TestApplicationDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := got.Spec
-	want := serverlessv1.Scaling{MinInstances: 0, MaxInstances: 10, StandbyInstances: 1, Burst: 2, SessionsPerInstance: 1,
+	want := serverlessv1.Scaling{MinInstances: 0, MaxInstances: 10, StandbyInstances: ptr.To[int32](1), Burst: 2, SessionsPerInstance: 1,
 		IdleInstanceTimeout: metav1.Duration{Duration: 5 * time.Minute}}
+	if s.Scaling.Standby() != 1 || s.Scaling.StandbyInstances == nil {
+		t.Errorf("standbyInstances %v, want defaulted to 1", s.Scaling.StandbyInstances)
+	}
+	s.Scaling.StandbyInstances, want.StandbyInstances = nil, nil
 	if s.Scaling != want {
 		t.Errorf("scaling defaults %+v, want %+v", s.Scaling, want)
 	}

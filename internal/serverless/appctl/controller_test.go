@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -183,7 +184,7 @@ func application(t *testing.T, ns, name string, mutate func(*serverlessv1.Applic
 	a := &serverlessv1.Application{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: serverlessv1.ApplicationSpec{Mode: serverlessv1.ModeSessions, Runtime: serverlessv1.RuntimeProcess,
 			Command: []string{"/bin/sleep", "1000"}, Resources: cpu("100m"),
-			Scaling: serverlessv1.Scaling{MaxInstances: 10, StandbyInstances: 1, Burst: 2, SessionsPerInstance: 1,
+			Scaling: serverlessv1.Scaling{MaxInstances: 10, StandbyInstances: ptr.To[int32](1), Burst: 2, SessionsPerInstance: 1,
 				IdleInstanceTimeout: metav1.Duration{Duration: 5 * time.Minute}},
 			Session: serverlessv1.SessionPolicy{OpenTimeout: metav1.Duration{Duration: 10 * time.Second}, HeartbeatInterval: metav1.Duration{Duration: 5 * time.Second},
 				HeartbeatMisses: 3, OnHeartbeatLost: "Close", EvacuationTimeout: metav1.Duration{Duration: 30 * time.Second}}}}
@@ -436,7 +437,7 @@ func TestColdPathAndNoCapacity(t *testing.T) {
 	ns, _ := start(t, "cold", nil)
 	node(t, ns+"-n1", cpu("4"))
 	application(t, ns, "sim", func(a *serverlessv1.Application) {
-		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: 0, MaxInstances: 1, Burst: 1, SessionsPerInstance: 1,
+		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: ptr.To[int32](0), MaxInstances: 1, Burst: 1, SessionsPerInstance: 1,
 			IdleInstanceTimeout: metav1.Duration{Duration: time.Hour}}
 	})
 	testenv.Never(t, 2*time.Second, "no instance without a session", func(ctx context.Context) (bool, error) {
@@ -465,7 +466,7 @@ func TestSessionsOfMissingAndDaemonApplications(t *testing.T) {
 
 	application(t, ns, "stream", func(a *serverlessv1.Application) {
 		a.Spec.Mode = serverlessv1.ModeDaemon
-		a.Spec.Scaling = serverlessv1.Scaling{MinInstances: 3, MaxInstances: 10, StandbyInstances: 0, Burst: 2, SessionsPerInstance: 1,
+		a.Spec.Scaling = serverlessv1.Scaling{MinInstances: 3, MaxInstances: 10, StandbyInstances: ptr.To[int32](0), Burst: 2, SessionsPerInstance: 1,
 			IdleInstanceTimeout: metav1.Duration{Duration: time.Hour}}
 	})
 	insts := waitInstances(t, ns, "stream", "burst: two instances at once", count(2))
@@ -551,7 +552,7 @@ func TestTerminatedReplacedAndIdleScaledDown(t *testing.T) {
 	ns, _ := start(t, "idle", clk)
 	node(t, ns+"-n1", cpu("4"))
 	application(t, ns, "web", func(a *serverlessv1.Application) {
-		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: 1, MaxInstances: 5, Burst: 2, SessionsPerInstance: 1,
+		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: ptr.To[int32](1), MaxInstances: 5, Burst: 2, SessionsPerInstance: 1,
 			IdleInstanceTimeout: metav1.Duration{Duration: 5 * time.Minute}}
 	})
 	insts := waitInstances(t, ns, "web", "one standby", count(1))
@@ -594,7 +595,7 @@ func TestOpenTimeoutAndInstanceGone(t *testing.T) {
 	ns, _ := start(t, "timeout", clk)
 	node(t, ns+"-n1", cpu("4"))
 	application(t, ns, "web", func(a *serverlessv1.Application) {
-		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: 0, MaxInstances: 5, Burst: 2, SessionsPerInstance: 1,
+		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: ptr.To[int32](0), MaxInstances: 5, Burst: 2, SessionsPerInstance: 1,
 			IdleInstanceTimeout: metav1.Duration{Duration: time.Hour}}
 		a.Spec.Session.OpenTimeout = metav1.Duration{Duration: 10 * time.Second}
 	})
@@ -660,7 +661,7 @@ func TestOpenBindsInOneWriteAndNeverOverbooks(t *testing.T) {
 	ns, c := start(t, "open", nil)
 	node(t, ns+"-n1", cpu("4"))
 	application(t, ns, "web", func(a *serverlessv1.Application) {
-		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: 1, MaxInstances: 2, Burst: 2, SessionsPerInstance: 1,
+		a.Spec.Scaling = serverlessv1.Scaling{StandbyInstances: ptr.To[int32](1), MaxInstances: 2, Burst: 2, SessionsPerInstance: 1,
 			IdleInstanceTimeout: metav1.Duration{Duration: time.Hour}}
 	})
 	insts := waitInstances(t, ns, "web", "one standby", count(1))
@@ -791,7 +792,7 @@ func TestScalingDefaultsAndRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := a.Spec.Scaling
-	if sc.MaxInstances != 10 || sc.StandbyInstances != 1 || sc.Burst != 2 || sc.SessionsPerInstance != 1 || sc.IdleInstanceTimeout.Duration != 5*time.Minute ||
+	if sc.MaxInstances != 10 || sc.Standby() != 1 || sc.StandbyInstances == nil || sc.Burst != 2 || sc.SessionsPerInstance != 1 || sc.IdleInstanceTimeout.Duration != 5*time.Minute ||
 		a.Spec.Mode != serverlessv1.ModeSessions {
 		t.Errorf("defaults: mode %q scaling %+v", a.Spec.Mode, sc)
 	}

@@ -289,7 +289,7 @@ func decide(in Input) Decision {
 			d.Remove = append(d.Remove, Removal{inst.Name, RemoveIdle})
 			keep--
 		case inst.Standby && (inst.notLive() || inst.State == serverlessv1.InstanceStandby) &&
-			(freeStandby > int(sc.StandbyInstances) || keep > maxN) && keep > minN:
+			(freeStandby > int(sc.Standby()) || keep > maxN) && keep > minN:
 			d.Remove = append(d.Remove, Removal{inst.Name, RemoveExcess})
 			freeStandby--
 			keep--
@@ -300,13 +300,13 @@ func decide(in Input) Decision {
 	}
 
 	// Refill the standby pool and minInstances, within max and burst.
-	need := min(max(int(sc.StandbyInstances)-freeStandby, minN-keep), maxN-keep)
+	need := min(max(int(sc.Standby())-freeStandby, minN-keep), maxN-keep)
 	d.Missing = max(need, 0)
 	need = min(need, int(sc.Burst)-countNotLive(live)-len(d.Add))
 	for range max(need, 0) {
 		d.Add = append(d.Add, Add{Standby: true})
 	}
-	d.Want = max(d.Want, min(int(sc.StandbyInstances), maxN))
+	d.Want = max(d.Want, min(int(sc.Standby()), maxN))
 	return d
 }
 

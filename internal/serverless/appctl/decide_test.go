@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	serverlessv1 "github.com/drover-fleet/drover/api/serverless/v1alpha1"
 )
@@ -13,7 +14,7 @@ import (
 var t0 = time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
 
 func scaling(minN, maxN, standby, burst, spi int32) serverlessv1.Scaling {
-	return serverlessv1.Scaling{MinInstances: minN, MaxInstances: maxN, StandbyInstances: standby, Burst: burst, SessionsPerInstance: spi,
+	return serverlessv1.Scaling{MinInstances: minN, MaxInstances: maxN, StandbyInstances: ptr.To(standby), Burst: burst, SessionsPerInstance: spi,
 		IdleInstanceTimeout: metav1.Duration{Duration: 5 * time.Minute}}
 }
 

@@ -44,7 +44,7 @@ func (fx *fixture) application(name string) *serverlessv1.Application {
 			ReadinessProbe: &serverlessv1.Probe{HTTPGet: &serverlessv1.HTTPGetProbe{Path: "/ready"}, TimeoutSeconds: 2},
 			Mode:           serverlessv1.ModeSessions,
 			Runtime:        serverlessv1.RuntimeProcess,
-			Scaling: serverlessv1.Scaling{MaxInstances: 10, StandbyInstances: 1, Burst: 2, SessionsPerInstance: 2,
+			Scaling: serverlessv1.Scaling{MaxInstances: 10, StandbyInstances: ptr.To[int32](1), Burst: 2, SessionsPerInstance: 2,
 				IdleInstanceTimeout: metav1.Duration{Duration: 5 * time.Minute}},
 			Session: serverlessv1.SessionPolicy{OpenTimeout: metav1.Duration{Duration: 4 * time.Second},
 				HeartbeatInterval: metav1.Duration{Duration: time.Second}, HeartbeatMisses: 3, OnHeartbeatLost: "Close",
