@@ -244,7 +244,8 @@ func TestSessionLifecycle(t *testing.T) {
 	// ReadinessChecking is not written; Ready is, with the endpoint.
 	it.report("ReadinessChecking", appwire.SessionReport{State: "ReadinessChecking", Instance: appwire.InstanceWorkID(fx.id("chat-a-1"))})
 	ready := time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)
-	it.report("Ready", appwire.SessionReport{State: "Ready", Instance: appwire.InstanceWorkID(fx.id("chat-a-1")), Port: 32000,
+	// Without a port: the instance's reported one.
+	it.report("Ready", appwire.SessionReport{State: "Ready", Instance: appwire.InstanceWorkID(fx.id("chat-a-1")),
 		ReadyTime: ready.Format(time.RFC3339Nano)})
 	var got serverlessv1.ApplicationSession
 	eventually(t, "the session is Ready with its endpoint", func(ctx context.Context) error {
@@ -334,6 +335,13 @@ func TestSessionEndsAndHeartbeatPolicy(t *testing.T) {
 	it.report("Ready", appwire.SessionReport{State: "Ready", Port: 32001, Flagged: true})
 	it.waitCancelled(t)
 	waitTerminated(quiet, serverlessv1.ReasonHeartbeatLost)
+	var got serverlessv1.ApplicationSession
+	if err := fx.c.Get(context.Background(), client.ObjectKeyFromObject(quiet), &got); err != nil {
+		t.Fatal(err)
+	}
+	if e := got.Status.Endpoint; e == nil || e.Port != 32001 {
+		t.Errorf("endpoint %+v, want the reported port 32001", e)
+	}
 }
 
 // TestAssigned: a node is trusted with its own instances and sessions
