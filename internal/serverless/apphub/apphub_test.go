@@ -182,6 +182,9 @@ func TestInstanceReportsCoalesced(t *testing.T) {
 	})
 	// Six reports, and the first write goes at once while the others wait
 	// out SliceWriteInterval: fewer writes than reports.
+	// The counters move just after the write lands.
+	fx.waitMetric("drover_hub_apps_slice_status_writes_total")
+	fx.waitMetric("drover_hub_apps_report_lag_seconds", "kind", "instance")
 	if w := fx.metric("drover_hub_apps_slice_status_writes_total"); w < 1 || w >= float64(reports) {
 		t.Errorf("%v slice status writes for %d reports; want coalesced, at least one and fewer than the reports", w, reports)
 	}
@@ -264,6 +267,8 @@ func TestSessionLifecycle(t *testing.T) {
 	if !got.Status.ReadyTime.Time.Equal(ready) {
 		t.Errorf("readyTime %v, want the instance's %v", got.Status.ReadyTime, ready)
 	}
+	fx.waitMetric("drover_hub_apps_session_status_writes_total")
+	fx.waitMetric("drover_hub_apps_sessions_opened_total")
 	if w := fx.metric("drover_hub_apps_session_status_writes_total"); w != 1 {
 		t.Errorf("%v session status writes to open the session, want 1 (Ready)", w)
 	}
@@ -287,6 +292,7 @@ func TestSessionLifecycle(t *testing.T) {
 		}
 		return fmt.Errorf("still there: phase %s, finalizers %v", s.Status.Phase, s.Finalizers)
 	})
+	fx.waitMetric("drover_hub_apps_sessions_closed_total", "reason", serverlessv1.ReasonClosed)
 	if n := fx.metric("drover_hub_apps_sessions_closed_total", "reason", serverlessv1.ReasonClosed); n != 1 {
 		t.Errorf("sessions closed (Closed) %v, want 1", n)
 	}
