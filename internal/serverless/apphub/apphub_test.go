@@ -147,7 +147,8 @@ func TestInstanceDispatched(t *testing.T) {
 // its slice's status (state, port, count, standby, the node's address),
 // several reports in one write.
 func TestInstanceReportsCoalesced(t *testing.T) {
-	fx := start(t)
+	// Long enough that six reports sent at once never span six intervals.
+	fx := start(t, func(o *Options) { o.SliceWriteInterval = 5 * time.Second })
 	app := fx.application("sim")
 	s := fx.slice(app,
 		serverlessv1.SliceInstance{Name: "sim-a", UID: fx.id("sim-a-1"), Standby: true},
