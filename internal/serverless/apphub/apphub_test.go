@@ -147,7 +147,8 @@ func TestInstanceDispatched(t *testing.T) {
 // its slice's status (state, port, count, standby, the node's address),
 // several reports in one write.
 func TestInstanceReportsCoalesced(t *testing.T) {
-	fx := start(t)
+	// Long enough that six reports sent at once never span six intervals.
+	fx := start(t, func(o *Options) { o.SliceWriteInterval = 5 * time.Second })
 	app := fx.application("sim")
 	s := fx.slice(app,
 		serverlessv1.SliceInstance{Name: "sim-a", UID: fx.id("sim-a-1"), Standby: true},
@@ -182,6 +183,9 @@ func TestInstanceReportsCoalesced(t *testing.T) {
 	})
 	// Six reports, and the first write goes at once while the others wait
 	// out SliceWriteInterval: fewer writes than reports.
+	// The counters move just after the write lands.
+	fx.waitMetric("drover_hub_apps_slice_status_writes_total")
+	fx.waitMetric("drover_hub_apps_report_lag_seconds", "kind", "instance")
 	if w := fx.metric("drover_hub_apps_slice_status_writes_total"); w < 1 || w >= float64(reports) {
 		t.Errorf("%v slice status writes for %d reports; want coalesced, at least one and fewer than the reports", w, reports)
 	}
@@ -244,7 +248,8 @@ func TestSessionLifecycle(t *testing.T) {
 	// ReadinessChecking is not written; Ready is, with the endpoint.
 	it.report("ReadinessChecking", appwire.SessionReport{State: "ReadinessChecking", Instance: appwire.InstanceWorkID(fx.id("chat-a-1"))})
 	ready := time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)
-	it.report("Ready", appwire.SessionReport{State: "Ready", Instance: appwire.InstanceWorkID(fx.id("chat-a-1")), Port: 32000,
+	// Without a port: the instance's reported one.
+	it.report("Ready", appwire.SessionReport{State: "Ready", Instance: appwire.InstanceWorkID(fx.id("chat-a-1")),
 		ReadyTime: ready.Format(time.RFC3339Nano)})
 	var got serverlessv1.ApplicationSession
 	eventually(t, "the session is Ready with its endpoint", func(ctx context.Context) error {
@@ -263,6 +268,8 @@ func TestSessionLifecycle(t *testing.T) {
 	if !got.Status.ReadyTime.Time.Equal(ready) {
 		t.Errorf("readyTime %v, want the instance's %v", got.Status.ReadyTime, ready)
 	}
+	fx.waitMetric("drover_hub_apps_session_status_writes_total")
+	fx.waitMetric("drover_hub_apps_sessions_opened_total")
 	if w := fx.metric("drover_hub_apps_session_status_writes_total"); w != 1 {
 		t.Errorf("%v session status writes to open the session, want 1 (Ready)", w)
 	}
@@ -286,6 +293,7 @@ func TestSessionLifecycle(t *testing.T) {
 		}
 		return fmt.Errorf("still there: phase %s, finalizers %v", s.Status.Phase, s.Finalizers)
 	})
+	fx.waitMetric("drover_hub_apps_sessions_closed_total", "reason", serverlessv1.ReasonClosed)
 	if n := fx.metric("drover_hub_apps_sessions_closed_total", "reason", serverlessv1.ReasonClosed); n != 1 {
 		t.Errorf("sessions closed (Closed) %v, want 1", n)
 	}
@@ -334,6 +342,13 @@ func TestSessionEndsAndHeartbeatPolicy(t *testing.T) {
 	it.report("Ready", appwire.SessionReport{State: "Ready", Port: 32001, Flagged: true})
 	it.waitCancelled(t)
 	waitTerminated(quiet, serverlessv1.ReasonHeartbeatLost)
+	var got serverlessv1.ApplicationSession
+	if err := fx.c.Get(context.Background(), client.ObjectKeyFromObject(quiet), &got); err != nil {
+		t.Fatal(err)
+	}
+	if e := got.Status.Endpoint; e == nil || e.Port != 32001 {
+		t.Errorf("endpoint %+v, want the reported port 32001", e)
+	}
 }
 
 // TestAssigned: a node is trusted with its own instances and sessions

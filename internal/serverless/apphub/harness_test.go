@@ -273,6 +273,17 @@ func (fx *fixture) metric(name string, labels ...string) float64 {
 	return 0
 }
 
+// waitMetric waits until metric name (with labels) is above 0.
+func (fx *fixture) waitMetric(name string, labels ...string) {
+	fx.t.Helper()
+	eventually(fx.t, name+" counted", func(context.Context) error {
+		if fx.metric(name, labels...) <= 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+}
+
 func labelsMatch(m *dto.Metric, want []string) bool {
 	for i := 0; i+1 < len(want); i += 2 {
 		ok := false

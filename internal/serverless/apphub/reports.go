@@ -451,6 +451,9 @@ func (f *Feature) writeSession(ctx context.Context, s *serverlessv1.ApplicationS
 	st.Clients = w.clients
 	switch w.phase {
 	case serverlessv1.SessionReady, serverlessv1.SessionLive:
+		if w.port == 0 {
+			w.port = f.instancePort(ctx, s)
+		}
 		if st.Endpoint == nil || (w.port > 0 && st.Endpoint.Port != int32(w.port)) {
 			st.Endpoint = &serverlessv1.Endpoint{Host: f.nodeAddress(ctx, s, node), Port: int32(w.port)}
 			if app != nil && len(app.Spec.Ports) > 0 {
@@ -487,6 +490,21 @@ func (f *Feature) writeSession(ctx context.Context, s *serverlessv1.ApplicationS
 		f.m.opened.Inc()
 	}
 	return nil
+}
+
+// instancePort is the host port the instance of s last reported; 0 when
+// unknown.
+func (f *Feature) instancePort(ctx context.Context, s *serverlessv1.ApplicationSession) int {
+	_, in, ok := f.instanceOf(ctx, s)
+	if !ok {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ir := f.insts[in.UID]; ir != nil && ir.status != nil {
+		return int(ir.status.Port)
+	}
+	return 0
 }
 
 // nodeAddress is the address clients reach node at: its stream's peer IP
