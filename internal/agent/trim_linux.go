@@ -8,14 +8,22 @@ import (
 	"syscall"
 )
 
-// madvPageout is MADV_PAGEOUT (Linux 5.4+): reclaim these pages now.
-const madvPageout = 21
+// madvDontneed is MADV_DONTNEED: unmap these pages from this process. On
+// a private, never written file mapping (the binary's text and rodata) the
+// pages stay in the page cache and the next touch maps them back with a
+// minor fault, from the same file.
+//
+// MADV_PAGEOUT (used before) was weaker and dearer: the kernel skips pages
+// another process maps too (the agent's own log shims run this binary), and
+// what it does reclaim leaves the page cache, to be read from disk again.
+const madvDontneed = 4
 
-// trimBinaryPages lets the kernel drop the pages of the agent's own binary
-// that only start-up touched. The Go runtime walks the whole function table
-// when it starts, which leaves most of a 20 MB binary resident although an
-// idle agent runs a small part of it; clean file pages come back from the
-// page cache if they are needed again. It returns how many bytes it advised.
+// trimBinaryPages unmaps the pages of the agent's own binary that it holds
+// mapped. Start-up and package init touch much of a 20 MB binary's code and
+// data, and the kernel maps up to 64 KiB around every page fault, while an
+// idle agent uses a small part of it: after a trim what comes back is what
+// is still used.
+// It returns how many bytes it advised.
 func trimBinaryPages() int {
 	exe, err := os.Executable()
 	if err != nil {
@@ -44,7 +52,7 @@ func trimBinaryPages() int {
 			continue
 		}
 		// The raw call: the range is not Go memory, so it is never a slice.
-		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(start), uintptr(end-start), madvPageout); errno == 0 {
+		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(start), uintptr(end-start), madvDontneed); errno == 0 {
 			total += int(end - start)
 		}
 	}
