@@ -66,6 +66,9 @@ func start(t testing.TB, name, bin string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
+	// A child that outlives the process (an agent's instance goes on when
+	// the agent stops) keeps the output pipe open: Wait gives up on it.
+	p.cmd.WaitDelay = 15 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
