@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,6 +24,7 @@ import (
 	serverlessv1 "github.com/drover-fleet/drover/api/serverless/v1alpha1"
 	"github.com/drover-fleet/drover/internal/testenv"
 	"github.com/drover-fleet/drover/internal/testkit"
+	"github.com/drover-fleet/drover/pkg/sessionapi/sessionapiv1"
 )
 
 // appTimeout bounds an instance's way to Standby (start, liveness, freeze)
@@ -174,6 +180,34 @@ func TestApplications(t *testing.T) {
 	if _, err := r.ReadString('\n'); err == nil {
 		t.Error("the client's connection stayed open after the session closed")
 	}
+	// The session API, as a customer without Kubernetes access uses it: an
+	// application token, then gRPC.
+	out, err = c.cli(t, "app", "token", "create", "echo", "--ttl", "1h")
+	tokRE := regexp.MustCompile(`(?m)^(drvapp\.\S+)$`)
+	tm := tokRE.FindStringSubmatch(out)
+	am := regexp.MustCompile(`session API listening on (\S+)`).FindStringSubmatch(c.server.Output())
+	if err != nil || tm == nil || am == nil {
+		t.Fatalf("drover app token create (err %v):\n%s\nsession API address found: %v", err, out, am != nil)
+	}
+	conn2, err := grpc.NewClient(am[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	api := sessionapiv1.NewSessionsClient(conn2)
+	actx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tm[1]), appTimeout)
+	defer cancel()
+	opened, err := api.Open(actx, &sessionapiv1.OpenRequest{Data: map[string]string{"user": "bob"}})
+	if err != nil || opened.GetPhase() != "Ready" || opened.GetEndpoint().GetPort() == 0 || opened.GetNode() != "sim-1" {
+		t.Fatalf("session API Open = %v, %v", opened, err)
+	}
+	if _, err := api.Open(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer drvapp.bogus.0123456789.x"), &sessionapiv1.OpenRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Open with a bogus token: %v, want Unauthenticated", err)
+	}
+	if _, err := api.Close(actx, &sessionapiv1.GetRequest{Name: opened.GetName()}); err != nil {
+		t.Fatalf("session API Close: %v", err)
+	}
+
 	// The standby pool is refilled (the used instance idles, or another
 	// standby is made).
 	testkit.Eventually(t, appTimeout, func() string {
