@@ -75,6 +75,11 @@ type options struct {
 }
 
 func main() {
+	// On cgroup v1 a raw instance starts through this binary as the cgroup
+	// shim (internal/agent/cgroup), as the agent's do through the agent.
+	if len(os.Args) > 1 && os.Args[1] == cgroup.ShimArg {
+		os.Exit(cgroup.RunShim(os.Args[2:]))
+	}
 	var o options
 	flag.IntVar(&o.agents, "agents", 4, "real drover-agent processes")
 	flag.IntVar(&o.warm, "warm", 30, "warm opens (a standby instance each), and as many create-and-watch opens")
