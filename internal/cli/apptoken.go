@@ -31,20 +31,15 @@ func newAppCommand(g *globalOptions) *cobra.Command {
   curl -H "Authorization: Bearer $TOKEN" -X POST https://MANAGER:8446/v1/sessions -d '{}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+			c, ns, a, err := tokenApp(cmd, g, namespace, args[0])
 			if err != nil {
 				return err
-			}
-			ns := g.namespace(namespace)
-			var a serverlessv1.Application
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: args[0]}, &a); err != nil {
-				return notFound("application", args[0], ns, err)
 			}
 			t, err := apptoken.New(ns, a.Name, ttl, time.Now())
 			if err != nil {
 				return err
 			}
-			if err := patchAnnotation(cmd, c, &a, apptoken.AnnotationKey(t.ID), ptr.To(t.AnnotationValue())); err != nil {
+			if err := patchAnnotation(cmd, c, a, apptoken.AnnotationKey(t.ID), ptr.To(t.AnnotationValue())); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s of %s/%s expires %s; revoke it with `drover app token revoke %s %s -n %s`\n",
@@ -59,14 +54,9 @@ func newAppCommand(g *globalOptions) *cobra.Command {
 		Short: "List APP's tokens (ids and expiry; the tokens themselves are not stored)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+			_, ns, a, err := tokenApp(cmd, g, namespace, args[0])
 			if err != nil {
 				return err
-			}
-			ns := g.namespace(namespace)
-			var a serverlessv1.Application
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: args[0]}, &a); err != nil {
-				return notFound("application", args[0], ns, err)
 			}
 			ts := apptoken.List(a.Annotations)
 			if len(ts) == 0 {
@@ -91,19 +81,14 @@ func newAppCommand(g *globalOptions) *cobra.Command {
 		Short: "Revoke a token of APP at once",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+			c, ns, a, err := tokenApp(cmd, g, namespace, args[0])
 			if err != nil {
 				return err
-			}
-			ns := g.namespace(namespace)
-			var a serverlessv1.Application
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: args[0]}, &a); err != nil {
-				return notFound("application", args[0], ns, err)
 			}
 			if _, ok := a.Annotations[apptoken.AnnotationKey(args[1])]; !ok {
 				return fmt.Errorf("application %s/%s has no token %s (see `drover app token list %s`)", ns, a.Name, args[1], a.Name)
 			}
-			if err := patchAnnotation(cmd, c, &a, apptoken.AnnotationKey(args[1]), nil); err != nil {
+			if err := patchAnnotation(cmd, c, a, apptoken.AnnotationKey(args[1]), nil); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "token %s of %s/%s revoked\n", args[1], ns, a.Name)
@@ -114,6 +99,20 @@ func newAppCommand(g *globalOptions) *cobra.Command {
 	token.AddCommand(create, list, revoke)
 	cmd.AddCommand(token)
 	return cmd
+}
+
+// tokenApp reads the Application whose tokens a command manages.
+func tokenApp(cmd *cobra.Command, g *globalOptions, namespace, name string) (client.Client, string, *serverlessv1.Application, error) {
+	c, err := g.client()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ns := g.namespace(namespace)
+	var a serverlessv1.Application
+	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: name}, &a); err != nil {
+		return nil, "", nil, notFound("application", name, ns, err)
+	}
+	return c, ns, &a, nil
 }
 
 // patchAnnotation sets (or with nil, removes) one annotation of a with a
