@@ -156,7 +156,13 @@ func (n *Node) wait(ctx context.Context, it *item, report ReportFunc, cancel fun
 		reps, end := it.reports, it.end
 		it.reports = nil
 		n.mu.Unlock()
-		for _, r := range reps {
+		// Each report is the item's whole state: of those queued while the
+		// last one was being committed and sent, only the newest goes.
+		// On a session's open path this skips the passing states
+		// (Starting, ReadinessChecking; an instance's Activating), each of
+		// which would cost a commit of the agent's outbox before Ready.
+		if len(reps) > 0 {
+			r := reps[len(reps)-1]
 			if err := report(context.WithoutCancel(ctx), r.reason, r.message); err != nil {
 				n.log.Warn("cannot report", "uid", it.uid, "state", r.reason, "err", err)
 			}
