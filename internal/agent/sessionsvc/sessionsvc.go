@@ -104,7 +104,31 @@ func New(opts Options) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if dir := closedParent(opts.Dir); dir != "" {
+		// Instances run as other users: they would never reach their
+		// sockets, and every session would end OpenTimeout, saying nothing.
+		log.Warn("instances cannot reach their session sockets: a dir above the session socket dir does not let other users through; "+
+			"sessions will time out (OpenTimeout). Give --session-socket-dir under dirs with o+x (e.g. /run/drover-sessions)",
+			"socketDir", opts.Dir, "closedDir", dir)
+	}
 	return &Service{opts: opts, log: log, instances: map[string]*endpoint{}}, nil
+}
+
+// closedParent returns the first dir above dir that other users may not
+// pass through (no o+x), or "".
+func closedParent(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
 }
 
 // SocketPath is where instance's socket is (or will be).
