@@ -34,6 +34,10 @@ func (a *Agent) nodeJobRunners(db *store.Store) map[string]Runner {
 		Logger: a.log.With("runner", "prepull"), Lane: lane}
 	if c := a.opts.Containerd; c != nil {
 		pp.Import = func(ctx context.Context, image string) error {
+			// Looked at per image: containerd may be installed later.
+			if err := c.Available(); err != nil {
+				return fmt.Errorf("%w: %v", prepull.ErrNoRuntime, err)
+			}
 			return importIntoContainerd(ctx, c, pp.StoreDir, image)
 		}
 	}

@@ -80,9 +80,13 @@ type Runner struct {
 	// Import, when set, copies an image just pulled into StoreDir on into
 	// the node's container runtime (drover-containerd import), so that
 	// containerd tasks of it start without a pull. Its failure fails the
-	// image's attempt (and is retried with it).
+	// image's attempt (and is retried with it); ErrNoRuntime means the
+	// node has no runtime to import into now: the image is pulled only.
 	Import func(ctx context.Context, image string) error
 }
+
+// ErrNoRuntime is Import's error on a node without a container runtime.
+var ErrNoRuntime = errors.New("no container runtime on this node")
 
 func (r *Runner) setup() error {
 	if r.StoreDir == "" || r.DB == nil {
@@ -173,8 +177,12 @@ func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) runner.Out
 	}
 	results := make([]nodejobwire.ImageResult, 0, len(s.Images))
 	var failed []string
+	imported := 0
 	for _, im := range s.Images {
-		err := r.pullOne(pctx, lp, im, s)
+		in, err := r.pullOne(pctx, lp, im, s)
+		if in {
+			imported++
+		}
 		res := nodejobwire.ImageResult{Image: im, Success: err == nil}
 		if err != nil {
 			if pctx.Err() != nil && ctx.Err() == nil {
@@ -191,8 +199,8 @@ func (r *Runner) pull(ctx context.Context, s nodejobwire.PrePullSpec) runner.Out
 		return runner.Fail(fmt.Sprintf("%d of %d images failed: %s", len(failed), len(s.Images), strings.Join(failed, "; ")), data)
 	}
 	msg := fmt.Sprintf("pulled %d images", len(s.Images))
-	if r.Import != nil {
-		msg += " (and imported them into containerd)"
+	if imported > 0 {
+		msg += fmt.Sprintf(" (and imported %d into containerd)", imported)
 	}
 	return runner.OK(msg, data)
 }
@@ -208,37 +216,42 @@ func openLayout(dir string) (layout.Path, error) {
 // pullOne pulls image into lp, retrying s.RetryTimes times with a doubling
 // backoff. Errors a retry cannot fix (bad credentials, no such image) are
 // not retried.
-func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s nodejobwire.PrePullSpec) error {
+func (r *Runner) pullOne(ctx context.Context, lp layout.Path, image string, s nodejobwire.PrePullSpec) (imported bool, err error) {
 	ref, err := name.ParseReference(image)
 	if err != nil {
-		return err
+		return false, err
 	}
 	registry := ref.Context().RegistryStr()
 	auth, user := registryauth.For(s.Auth, ref)
 	wait := r.Backoff
 	for attempt := 0; ; attempt++ {
 		err = r.fetch(ctx, lp, ref, image, auth)
+		imported = false
 		if err == nil && r.Import != nil {
-			if err = r.Import(ctx, image); err != nil {
-				err = fmt.Errorf("pulled, but not imported into containerd: %w", err)
+			switch ierr := r.Import(ctx, image); {
+			case ierr == nil:
+				imported = true
+			case errors.Is(ierr, ErrNoRuntime):
+			default:
+				err = fmt.Errorf("pulled, but not imported into containerd: %w", ierr)
 			}
 		}
 		if err == nil {
-			return nil
+			return imported, nil
 		}
 		err = registryauth.Explain(err, registry, user)
 		if registryauth.Permanent(err) || attempt >= s.RetryTimes || ctx.Err() != nil {
 			if attempt > 0 {
 				err = fmt.Errorf("%w (after %d attempts)", err, attempt+1)
 			}
-			return err
+			return false, err
 		}
 		r.Logger.Info("pre-pull: retrying", "image", image, "attempt", attempt+1, "err", err)
 		t := r.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (interrupted before retry %d: %v)", err, attempt+1, ctx.Err())
+			return false, fmt.Errorf("%w (interrupted before retry %d: %v)", err, attempt+1, ctx.Err())
 		case <-t.Chan():
 		}
 		wait = min(2*wait, MaxBackoff)

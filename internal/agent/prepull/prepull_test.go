@@ -310,11 +310,21 @@ func TestImportAfterPull(t *testing.T) {
 	}
 	var rec recorder
 	phase, reason := r.Run(ctx, "uid", specJSON(t, nodejobwire.PrePullSpec{Images: []string{a, b}, RetryTimes: 1}), rec.report)
-	if phase != nodejobwire.PhaseSucceeded || !strings.Contains(reason, "imported them into containerd") {
+	if phase != nodejobwire.PhaseSucceeded || !strings.Contains(reason, "imported 2 into containerd") {
 		t.Fatalf("Run() = %s, %q", phase, reason)
 	}
 	if strings.Join(imported, " ") != a+" "+b {
 		t.Errorf("imported %v, want %s then %s", imported, a, b)
+	}
+
+	// A node without a runtime (no socket, no companion) pulls only.
+	r3 := newRunner(t)
+	r3.Import = func(context.Context, string) error {
+		return fmt.Errorf("%w: containerd's socket is missing", ErrNoRuntime)
+	}
+	phase, reason = r3.Run(ctx, "uid3", specJSON(t, nodejobwire.PrePullSpec{Images: []string{a}}), rec.report)
+	if phase != nodejobwire.PhaseSucceeded || strings.Contains(reason, "imported") {
+		t.Fatalf("Run() without a runtime = %s, %q, want pulled only", phase, reason)
 	}
 
 	r2 := newRunner(t)

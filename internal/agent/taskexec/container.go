@@ -44,6 +44,10 @@ func (c *Containerd) available() error {
 	return nil
 }
 
+// Available says why containerd cannot be used on this node now (its
+// socket or the companion is missing); nil when it can.
+func (c *Containerd) Available() error { return c.available() }
+
 // base is the companion's argv up to its flags of one container.
 func (c *Containerd) base(cmd, id string) []string {
 	return []string{filepath.Base(c.Companion), cmd, "--address", c.Address, "--namespace", c.Namespace, "--id", id}
