@@ -109,6 +109,7 @@ func main() {
 	o.work = work
 	r := &runner{o: o}
 	err = r.run(ctx)
+	r.deleteApps(ctx)
 	r.stopAll()
 	if o.keep || err != nil {
 		logf("work directory kept: %s", work)
@@ -139,6 +140,33 @@ type runner struct {
 	procs                 []*benchproc.Proc
 	api                   pb.SessionsClient
 	conn                  *grpc.ClientConn
+}
+
+// deleteApps deletes the run's Applications and waits (a minute at most)
+// for their instances' processes to end: a stopped agent leaves its
+// instances running, and they would hold the agents' output open.
+func (r *runner) deleteApps(ctx context.Context) {
+	if r.c == nil || r.echo == "" {
+		return
+	}
+	_ = r.c.DeleteAllOf(ctx, &serverlessv1.Application{}, client.InNamespace("default"))
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && running(r.echo) > 0 {
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// running counts the processes running bin.
+func running(bin string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.HasPrefix(string(b), bin+"\x00") {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *runner) start(name, bin string, args ...string) (*benchproc.Proc, error) {
