@@ -294,10 +294,7 @@ func (h *Hub) markOnline(ctx context.Context, s *session, fn *fleetv1.FleetNode,
 	if h.writeStatus(ctx, fn.Name, "connect", func(n *fleetv1.FleetNode) bool {
 		// A stream already replaced by a newer one must not write back
 		// what the agent reported before.
-		h.mu.Lock()
-		current := h.sessions[fn.Name] == s
-		h.mu.Unlock()
-		if !current {
+		if !h.current(fn.Name, s) {
 			return false
 		}
 		wrote, c = n, fleetnode.SetConnected(n, h.opts.Name, now, nodeInfo(req.GetInfo()))
@@ -305,6 +302,14 @@ func (h *Hub) markOnline(ctx context.Context, s *session, fn *fleetv1.FleetNode,
 	}) {
 		h.nodeEvent(wrote, c.Event)
 	}
+}
+
+// current reports whether s is node's open stream here (not one a newer
+// stream of the node has replaced).
+func (h *Hub) current(node string, s *session) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[node] == s
 }
 
 // markDisconnected says on the FleetNode that its stream to this hub ended:
@@ -549,10 +554,7 @@ func (h *Hub) HandleMessage(ctx context.Context, p Peer, env *agentv1.Envelope) 
 			// agent restarted while this call was under way) would write
 			// back what the agent reported before: the new stream's
 			// connect and NodeState have the say.
-			h.mu.Lock()
-			current := h.sessions[node] == s
-			h.mu.Unlock()
-			if !current {
+			if !h.current(node, s) {
 				return false
 			}
 			changed := applyInfo(n, p.NodeState.GetInfo())

@@ -16,6 +16,7 @@
 package sessionapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -256,7 +257,7 @@ func (s *Server) open(ctx context.Context, c caller, req *pb.OpenRequest) (*pb.S
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if got.Status.Phase.Final() {
-		s.opens.WithLabelValues(orDefault(got.Status.Reason, "Terminated")).Inc()
+		s.opens.WithLabelValues(cmp.Or(got.Status.Reason, "Terminated")).Inc()
 		return nil, status.Error(codeOf(got.Status.Reason), fmt.Sprintf("session %s of %s/%s did not open: %s: %s", got.Name, c.namespace, c.app, got.Status.Reason, got.Status.Message))
 	}
 	took := s.opts.Clock.Since(start)
@@ -272,13 +273,6 @@ func orPending(s *serverlessv1.ApplicationSession) string {
 		return string(serverlessv1.SessionPending)
 	}
 	return string(s.Status.Phase)
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 // codeOf maps a session's end reason to the code an Open fails with.
